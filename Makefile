@@ -1,0 +1,31 @@
+# `make demo` and `make test` work on a fresh clone: both create .venv first.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test venv fuzz bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kinac examples/storylm0_kv_step.kina -o build/storylm0_kv_step.so
+	$(BIN)/python scripts/validate_kv_cache.py build/storylm0_kv_step.so
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+fuzz: $(STAMP)
+	KINA_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/test_fuzz.py -q
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_kv_step.py
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,29 @@
+"""Kina: a reference compiler for a small tensor language, through MLIR to a .so.
+
+    import kina
+    mod = kina.compile_file("examples/storylm0_kv_step.kina")
+    k_next, v_next, context = mod.kv_step(q, k_past, k_new, v_past, v_new, scale)
+
+Importing `kina` is cheap: the front end (lark) and the back end (mlir) load only
+when a function that needs them is first called, so `kina.load` of a built .so
+needs nothing but NumPy and ctypes.
+"""
+from .diagnostics import InternalError, KinaError, ToolError
+
+__version__ = "0.1.0"
+
+__all__ = ["KinaError", "InternalError", "ToolError", "compile_file", "compile_source", "load",
+           "interpret", "__version__"]
+
+
+def __getattr__(name):  # lazy, so the runtime never drags in lark or mlir
+    if name in ("compile_file", "compile_source"):
+        from . import pipeline
+        return getattr(pipeline, name)
+    if name == "load":
+        from .runtime import load
+        return load
+    if name == "interpret":
+        from .interpreter import interpret
+        return interpret
+    raise AttributeError(f"module 'kina' has no attribute {name!r}")

@@ -1,0 +1,154 @@
+"""The Kina AST: frozen dataclasses, one per grammar rule, each with a `loc`.
+
+In:  built by `syntax.parse` from grammar.lark.
+Out: a `Program` of `Function`s whose bodies are `Let`s over `Expr` trees.
+
+Guarantees: nodes are immutable and compare by value (locations included), so a
+test can write an expected tree literally. `type` is None after parsing; after
+`check.check`, every `Expr` in the returned program has a concrete `TensorType`.
+`type` is left out of `==`, so parsed and checked trees compare equal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .diagnostics import Loc
+from .types import Dim, Signature, TensorType
+
+
+@dataclass(frozen=True)
+class TypeAnn:
+    """A written type, not yet validated: `tensor<F32, [B, 4], @host>`."""
+
+    dtype: str
+    dims: tuple[Dim, ...]
+    placement: str
+    loc: Loc
+    dim_locs: tuple[Loc, ...] = field(default=(), compare=False)
+    dtype_loc: Loc | None = field(default=None, compare=False)
+    placement_loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Expr:
+    loc: Loc
+    type: TensorType | None = field(default=None, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Name(Expr):
+    id: str
+
+
+@dataclass(frozen=True)
+class Concat(Expr):
+    axis: int
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True)
+class MatMul(Expr):
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True)
+class Mul(Expr):
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True)
+class Add(Expr):
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True)
+class Broadcast(Expr):
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Softmax(Expr):
+    operand: Expr
+    axis: int
+
+
+ELEMENTWISE = (Mul, Add)
+OP_NAMES = {Mul: "'*'", Add: "'+'", MatMul: "matmul", Concat: "concat", Softmax: "softmax",
+            Broadcast: "broadcast"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: TypeAnn
+    loc: Loc
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expr
+    loc: Loc
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    params: tuple[Param, ...]
+    result_types: tuple[TypeAnn, ...]
+    body: tuple[Let, ...]
+    results: tuple[Expr, ...]
+    loc: Loc
+    sig: Signature | None = field(default=None, compare=False)  # set by check
+
+
+@dataclass(frozen=True)
+class Program:
+    functions: tuple[Function, ...]
+    filename: str = field(default="<string>", compare=False)
+    source: str = field(default="", compare=False, repr=False)
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The operand expressions of `expr`, left to right."""
+    if isinstance(expr, (Concat, MatMul, Mul, Add)):
+        return (expr.lhs, expr.rhs)
+    if isinstance(expr, (Broadcast, Softmax)):
+        return (expr.operand,)
+    return ()
+
+
+def dump(program: Program) -> str:
+    """An indented tree, one node a line; types are shown once `check` has set them."""
+    out: list[str] = []
+
+    def ty(e: Expr) -> str:
+        return f" : {e.type}" if e.type is not None else ""
+
+    def expr(e: Expr, depth: int) -> None:
+        pad = "  " * depth
+        if isinstance(e, Name):
+            out.append(f"{pad}Name {e.id}{ty(e)}")
+            return
+        attrs = f" axis={e.axis}" if isinstance(e, (Concat, Softmax)) else ""
+        out.append(f"{pad}{type(e).__name__}{attrs}{ty(e)}  @{e.loc.line}:{e.loc.col}")
+        for child in children(e):
+            expr(child, depth + 1)
+
+    for fn in program.functions:
+        out.append(f"Function {fn.name}  @{fn.loc.line}:{fn.loc.col}")
+        for p in fn.params:
+            out.append(f"  Param {p.name}: tensor<{p.type.dtype}, [{', '.join(map(str, p.type.dims))}], @{p.type.placement}>")
+        for t in fn.result_types:
+            out.append(f"  Result tensor<{t.dtype}, [{', '.join(map(str, t.dims))}], @{t.placement}>")
+        for let in fn.body:
+            out.append(f"  Let {let.name}  @{let.loc.line}:{let.loc.col}")
+            expr(let.value, 2)
+        out.append("  Return")
+        for r in fn.results:
+            expr(r, 2)
+    return "\n".join(out) + "\n"

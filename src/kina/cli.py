@@ -1,0 +1,116 @@
+"""`kinac`: the command-line driver.
+
+    kinac FILE.kina [-o OUT] [--emit {ast,typed,mlir,lowered,llvm,obj,so}]
+                    [--dump-dir DIR] [--print-ir-after-all] [--cpu CPU] [--locs]
+    kinac run FILE.kina [--fn NAME] [--interpret] [--seed N]
+    kinac --version
+
+Exit status: 0 on success, 1 for a user's error (bad source, missing file),
+2 for an internal compiler error or a failing external tool. A user's error is
+printed as `FILE:LINE:COL: error: ...` with the source line and a caret, never
+as a Python traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from . import __version__
+from .diagnostics import InternalError, KinaError, ToolError
+
+
+def version_text() -> str:
+    from . import toolchain
+    wheels = []
+    for name in toolchain.PINNED:
+        try:
+            wheels.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            wheels.append(f"{name} (not installed)")
+    try:
+        llvm = toolchain.llvm_version()
+    except ToolError:
+        llvm = "not found"
+    return f"kinac {__version__}\nMLIR/LLVM {llvm}\n" + "\n".join(wheels)
+
+
+def _compile_parser() -> argparse.ArgumentParser:
+    from .pipeline import STAGE_NAMES
+    p = argparse.ArgumentParser(prog="kinac", description="Compile a Kina program to MLIR and a shared object.",
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("file", help="the .kina source file")
+    p.add_argument("-o", "--output", help="output path (default: the .so next to the source; text stages print)")
+    p.add_argument("--emit", choices=STAGE_NAMES, default="so", help="stop after this stage and emit its output")
+    p.add_argument("--dump-dir", help="write every stage's output, numbered, into this folder")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every MLIR pass (stderr)")
+    p.add_argument("--cpu", default="native", help="LLVM target CPU (default: this machine's; x86-64 is portable)")
+    p.add_argument("--locs", action="store_true", help="print source locations in emitted MLIR")
+    p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=3, help="LLVM optimisation level")
+    p.add_argument("--version", action="version", version=version_text())
+    return p
+
+
+def compile_main(argv: list[str]) -> int:
+    from . import pipeline
+    args = _compile_parser().parse_args(argv)
+    src = Path(args.file)
+    try:
+        source = src.read_bytes()
+    except OSError as e:
+        print(f"kinac: error: cannot read {src}: {e.strerror}", file=sys.stderr)
+        return 1
+    options = pipeline.Options(opt_level=args.opt_level, cpu=args.cpu,
+                               print_ir_after_all=args.print_ir_after_all, locations=args.locs)
+    dump = Path(args.dump_dir) if args.dump_dir else None
+    if args.emit == "so":
+        so = pipeline.build_so(source, str(src), options, dump_dir=dump)
+        out = Path(args.output) if args.output else src.with_suffix(".so")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for a, b in ((so, out), (so.with_suffix(".json"), out.with_suffix(".json"))):
+            tmp = b.with_name(f".{b.name}.tmp")
+            shutil.copyfile(a, tmp)
+            tmp.replace(b)
+        print(f"wrote {out} and {out.with_suffix('.json').name}", file=sys.stderr)
+        return 0
+    build = pipeline.run_stages(source, str(src), args.emit, options, dump_dir=dump)
+    text = pipeline._render(build, args.emit)
+    if args.output:
+        Path(args.output).write_bytes(text) if isinstance(text, bytes) else Path(args.output).write_text(text)
+    elif isinstance(text, bytes):
+        out = src.with_suffix(".o")
+        out.write_bytes(text)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def run_main(argv: list[str]) -> int:
+    from .interpreter import run_command
+    return run_command(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "run":
+            return run_main(argv[1:])
+        return compile_main(argv)
+    except KinaError as e:
+        print(e.render(), file=sys.stderr)
+        return 1
+    except InternalError as e:
+        print(f"kinac: {e}", file=sys.stderr)
+        return 2
+    except ToolError as e:
+        print(f"kinac: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Source locations and the one error type every stage raises.
+
+In:  a location (file, line, column, optional end) and a message.
+Out: `KinaError`, which renders as ``file:line:col: error: message``, then the
+     source line and a caret (``^~~~``) under the span, then any notes.
+
+Guarantees: this is a leaf module (it imports nothing from `kina`), and it is
+the only place that formats a diagnostic, so every error looks the same.
+`InternalError` is kept apart: it marks a compiler bug, never a user's mistake.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A 1-based source position, with an optional end on the same line or later."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int = 0
+    end_col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+UNKNOWN = Loc("<unknown>", 0, 0)
+
+
+class KinaError(Exception):
+    """A user's error: bad source, bad types, or a bad call. Carries a location."""
+
+    def __init__(self, loc: Loc, message: str, notes: list[tuple[Loc, str]] | None = None,
+                 source: str | None = None):
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+        self.notes = list(notes or [])
+        self.source = source
+
+    def with_source(self, source: str) -> "KinaError":
+        if self.source is None:
+            self.source = source
+        return self
+
+    def render(self, source: str | None = None) -> str:
+        source = source if source is not None else self.source
+        parts = [_render_one(self.loc, "error", self.message, source)]
+        parts += [_render_one(loc, "note", msg, source) for loc, msg in self.notes]
+        return "\n".join(parts)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class InternalError(Exception):
+    """A compiler bug: generated MLIR failed to verify, or a pass failed on it."""
+
+    def __init__(self, message: str, reproducer: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.reproducer = reproducer
+
+    def __str__(self) -> str:
+        text = f"internal compiler error: {self.message}\nThis is a bug in kinac, not in your program."
+        if self.reproducer:
+            text += f"\nA reproducer was written to {self.reproducer}"
+        return text
+
+
+class ToolError(Exception):
+    """An external tool (mlir-opt, opt, llc, cc) failed: its stderr and a repro command."""
+
+    def __init__(self, tool: str, command: str, stderr: str):
+        super().__init__(f"{tool} failed")
+        self.tool, self.command, self.stderr = tool, command, stderr
+
+    def __str__(self) -> str:
+        return (f"error: {self.tool} failed\n{self.stderr.rstrip()}\n"
+                f"to reproduce, run:\n  {self.command}")
+
+
+def _render_one(loc: Loc, kind: str, message: str, source: str | None) -> str:
+    head = f"{loc}: {kind}: {message}"
+    if not source or loc.line <= 0:
+        return head
+    lines = source.splitlines()
+    if loc.line > len(lines):
+        return head
+    text = lines[loc.line - 1]
+    if len(text) > 200:  # keep a very long line readable: show a window around the column
+        start = max(0, loc.col - 100)
+        text, col = ("..." if start else "") + text[start:start + 200], loc.col - start + (3 if start else 0)
+    else:
+        col = loc.col
+    width = 1
+    if loc.end_line == loc.line and loc.end_col > loc.col:
+        width = loc.end_col - loc.col
+    elif loc.end_line > loc.line:
+        width = max(1, len(text) - col + 1)
+    prefix = "".join(c if c == "\t" else " " for c in text[:max(col - 1, 0)])
+    return f"{head}\n{text}\n{prefix}^{'~' * (min(width, 200) - 1)}"
+

@@ -1,0 +1,222 @@
+"""Lower a checked Kina program to MLIR (func, tensor, linalg, arith, math).
+
+In:  an `ast.Program` returned by `check.check` (every expression typed).
+Out: an `mlir.ir.Module`, built with the MLIR Python bindings' builders.
+
+Guarantees:
+  * one `func.func` per Kina function, with `llvm.emit_c_interface`;
+  * concat is `tensor.empty` + one `tensor.insert_slice` per operand, the slice
+    filled by a `linalg.copy` (so bufferization writes it in place and the copy
+    lowers to loops, not to the `memrefCopy` runtime call); never `tensor.concat`;
+  * matmul is a `linalg.generic` over (batch..., i, k, j): the innermost loop runs
+    along j, unit stride in both the rhs and the result;
+  * `*`/`+` with `broadcast` are `linalg.generic`s whose broadcast operand maps
+    stretched dims to the constant 0;
+  * softmax is the stable decomposition: max, exp(x - max), sum, divide;
+  * a symbolic dim becomes `?`, its value computed from `tensor.dim` of the
+    parameter that binds it;
+  * every op carries the `FileLineColLoc` of the Kina expression it came from.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, func, linalg, math, tensor
+
+from . import ast
+from .diagnostics import KinaError
+from .types import DTYPES, Dim, TensorType
+
+DYN = ir.ShapedType.get_dynamic_size()
+
+
+def lower(program: ast.Program, context: ir.Context | None = None) -> ir.Module:
+    ctx = context or ir.Context()
+    with ctx, ir.Location.unknown():
+        module = ir.Module.create(loc=_loc(program.functions[0].loc) if program.functions else None)
+        with ir.InsertionPoint(module.body):
+            for fn in program.functions:
+                _FunctionLowering(fn).run()
+    return module
+
+
+def require_host(program: ast.Program) -> None:
+    """Only @host programs compile; @device ones parse and check but stop here."""
+    for fn in program.functions:
+        for p in fn.params:
+            if p.type.placement != "host":
+                raise KinaError(p.type.placement_loc or p.loc,
+                                f"parameter '{p.name}' is @{p.type.placement}: only @host tensors can be compiled",
+                                source=program.source)
+        for ann in fn.result_types:
+            if ann.placement != "host":
+                raise KinaError(ann.placement_loc or ann.loc, "only @host results can be compiled", source=program.source)
+
+
+def _loc(loc) -> ir.Location:
+    return ir.Location.file(loc.file, loc.line, loc.col)
+
+
+def element_type(dtype: str) -> ir.Type:
+    return {"f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get, "f64": ir.F64Type.get,
+            "i32": lambda: ir.IntegerType.get_signless(32), "i64": lambda: ir.IntegerType.get_signless(64),
+            }[DTYPES[dtype][0]]()
+
+
+def tensor_type(t: TensorType) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get([d.const if d.is_static else DYN for d in t.dims], element_type(t.dtype))
+
+
+def _affine_dims(n: int) -> list:
+    return [ir.AffineDimExpr.get(i) for i in range(n)]
+
+
+def _map(n: int, exprs) -> ir.AffineMap:
+    return ir.AffineMap.get(n, 0, list(exprs))
+
+
+class _FunctionLowering:
+    def __init__(self, fn: ast.Function):
+        self.fn = fn
+        self.values: dict[str, ir.Value] = {}
+        self.symbols: dict[str, ir.Value] = {}
+        self.dim_cache: dict[Dim, ir.Value] = {}
+
+    def run(self) -> None:
+        sig = self.fn.sig
+        with _loc(self.fn.loc):
+            ftype = ir.FunctionType.get([tensor_type(t) for _, t in sig.params],
+                                        [tensor_type(t) for t in sig.results])
+            op = func.FuncOp(self.fn.name, ftype)
+            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            block = op.add_entry_block()
+        with ir.InsertionPoint(block):
+            for (name, t), p, arg in zip(sig.params, self.fn.params, block.arguments):
+                self.values[name] = arg
+                for axis, d in enumerate(t.dims):
+                    if d.symbol and d.symbol not in self.symbols:
+                        with _loc(p.loc):
+                            self.symbols[d.symbol] = tensor.DimOp(arg, self._index(axis)).result
+            for let in self.fn.body:
+                self.values[let.name] = self.expr(let.value)
+            results = [self.expr(r) for r in self.fn.results]
+            with _loc(self.fn.results[-1].loc if self.fn.results else self.fn.loc):
+                func.ReturnOp(results)
+
+    # -- helpers -------------------------------------------------------------
+    def _index(self, value: int) -> ir.Value:
+        return arith.ConstantOp(ir.IndexType.get(), value).result
+
+    def size(self, d: Dim) -> int | ir.Value:
+        """A dim as a builder size: an int when static, else an index value."""
+        if d.is_static:
+            return d.const
+        if d not in self.dim_cache:
+            acc = self._index(d.const) if d.const else None
+            for name, c in d.terms:
+                v = self.symbols[name]
+                if c != 1:
+                    v = arith.MulIOp(v, self._index(c)).result
+                acc = v if acc is None else arith.AddIOp(acc, v).result
+            self.dim_cache[d] = acc
+        return self.dim_cache[d]
+
+    def empty(self, t: TensorType) -> ir.Value:
+        return tensor.EmptyOp([self.size(d) for d in t.dims], element_type(t.dtype)).result
+
+    def fill(self, t: TensorType, value: float) -> ir.Value:
+        cst = arith.ConstantOp(element_type(t.dtype), value).result
+        return linalg.fill(cst, outs=[self.empty(t)])
+
+    @staticmethod
+    def _mixed(values):
+        static = [v if isinstance(v, int) else DYN for v in values]
+        dynamic = [v for v in values if not isinstance(v, int)]
+        return dynamic, static
+
+    def generic(self, inputs, init, maps, iterators, body):
+        """A linalg.generic with one result; `body(block_args) -> yielded value`."""
+        op = linalg.GenericOp(
+            result_tensors=[init.type], inputs=inputs, outputs=[init],
+            indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+            iterator_types=ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{it}>") for it in iterators]))
+        block = op.regions[0].blocks.append(*[v.type.element_type for v in [*inputs, init]])
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([body(*block.arguments)])
+        return op.result
+
+    # -- expressions ---------------------------------------------------------
+    def expr(self, e: ast.Expr) -> ir.Value:
+        if isinstance(e, ast.Name):
+            return self.values[e.id]
+        with _loc(e.loc):
+            if isinstance(e, ast.Concat):
+                return self.concat(e)
+            if isinstance(e, ast.MatMul):
+                return self.matmul(e)
+            if isinstance(e, ast.ELEMENTWISE):
+                return self.elementwise(e)
+            if isinstance(e, ast.Softmax):
+                return self.softmax(e)
+        raise AssertionError(f"cannot lower {e!r}")
+
+    def concat(self, e: ast.Concat) -> ir.Value:
+        out = self.empty(e.type)
+        offset = Dim()
+        for operand in (e.lhs, e.rhs):
+            src = self.expr(operand)
+            offsets = [self.size(offset) if i == e.axis else 0 for i in range(e.type.rank)]
+            sizes = [self.size(d) for d in operand.type.dims]
+            dyn_off, st_off = self._mixed(offsets)
+            dyn_size, st_size = self._mixed(sizes)
+            ones = [1] * e.type.rank
+            slot = tensor.ExtractSliceOp(src.type, out, dyn_off, dyn_size, [], st_off, st_size, ones).result
+            copied = linalg.copy(src, outs=[slot])
+            out = tensor.InsertSliceOp(copied, out, dyn_off, dyn_size, [], st_off, st_size, ones).result
+            offset = offset + operand.type.dims[e.axis]
+        return out
+
+    def matmul(self, e: ast.MatMul) -> ir.Value:
+        lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
+        nb = e.type.rank - 2
+        n = nb + 3  # iteration domain: batch..., i, k, j
+        d = _affine_dims(n)
+        b, i, k, j = d[:nb], d[nb], d[nb + 1], d[nb + 2]
+        maps = [_map(n, [*b, i, k]), _map(n, [*b, k, j]), _map(n, [*b, i, j])]
+        iterators = ["parallel"] * nb + ["parallel", "reduction", "parallel"]
+        return self.generic([lhs, rhs], self.fill(e.type, 0.0), maps, iterators,
+                            lambda x, y, acc: arith.AddFOp(acc, arith.MulFOp(x, y).result).result)
+
+    def elementwise(self, e: ast.Mul | ast.Add) -> ir.Value:
+        t, n = e.type, e.type.rank
+        inputs, maps = [], []
+        for operand in (e.lhs, e.rhs):
+            if isinstance(operand, ast.Broadcast):
+                src_dims = operand.operand.type.dims
+                inputs.append(self.expr(operand.operand))
+                maps.append(_map(n, [ir.AffineConstantExpr.get(0) if sd == Dim(1) and rd != Dim(1) else ir.AffineDimExpr.get(a)
+                                     for a, (sd, rd) in enumerate(zip(src_dims, t.dims))]))
+            else:
+                inputs.append(self.expr(operand))
+                maps.append(ir.AffineMap.get_identity(n))
+        maps.append(ir.AffineMap.get_identity(n))
+        if t.is_float:
+            op = arith.MulFOp if isinstance(e, ast.Mul) else arith.AddFOp
+        else:
+            op = arith.MulIOp if isinstance(e, ast.Mul) else arith.AddIOp
+        return self.generic(inputs, self.empty(t), maps, ["parallel"] * n, lambda x, y, _: op(x, y).result)
+
+    def softmax(self, e: ast.Softmax) -> ir.Value:
+        x = self.expr(e.operand)
+        t, n, axis = e.type, e.type.rank, e.axis
+        reduced = TensorType(t.dtype, t.dims[:axis] + t.dims[axis + 1:], t.placement)
+        full, proj = ir.AffineMap.get_identity(n), _map(n, [ir.AffineDimExpr.get(a) for a in range(n) if a != axis])
+        reduce_its = ["reduction" if a == axis else "parallel" for a in range(n)]
+        par = ["parallel"] * n
+        mx = self.generic([x], self.fill(reduced, float("-inf")), [full, proj], reduce_its,
+                          lambda v, acc: arith.MaximumFOp(v, acc).result)
+        ex = self.generic([x, mx], self.empty(t), [full, proj, full], par,
+                          lambda v, m, _: math.ExpOp(arith.SubFOp(v, m).result).result)
+        sm = self.generic([ex], self.fill(reduced, 0.0), [full, proj], reduce_its,
+                          lambda v, acc: arith.AddFOp(v, acc).result)
+        return self.generic([ex, sm], self.empty(t), [full, proj, full], par,
+                            lambda v, s, _: arith.DivFOp(v, s).result)

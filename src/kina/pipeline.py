@@ -1,0 +1,263 @@
+"""The compiler driver: an ordered table of stages from source text to a .so.
+
+    ast -> typed -> mlir -> lowered -> llvm -> obj -> so
+
+Each stage is a small function from one representation to the next. `--emit X`
+stops after stage X; `--dump-dir` writes every stage's output, numbered.
+
+In:  Kina source text and `Options`.
+Out: the output of the requested stage; for `so`, a built .so with its sidecar
+     (`<name>.json`) beside it, or a loaded `runtime.Module` from `compile_*`.
+
+Guarantees: user errors are `KinaError`; a verifier or pass failure on our own
+MLIR is an `InternalError` with a reproducer file; a failing external tool is a
+`ToolError` with its stderr and the command to rerun. Builds are cached by a hash
+of the source, the options, kinac's version, the MLIR/LLVM version and the target
+CPU, and cache entries are written atomically (temp dir, then rename).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__, ast, check as _check, syntax, toolchain
+from .diagnostics import InternalError, KinaError
+
+# One-shot bufferization with results turned into caller-owned out-params (static
+# and dynamic alike, so the runtime allocates every result with NumPy), then
+# deallocation of every temporary, then the standard lowering to the LLVM dialect.
+PASS_PIPELINE = ",".join([
+    "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
+    "buffer-results-to-out-params{modify-public-functions hoist-static-allocs hoist-dynamic-allocs}",
+    "canonicalize",
+    "buffer-deallocation-pipeline",
+    "convert-bufferization-to-memref",
+    "convert-linalg-to-loops",
+    "expand-strided-metadata",
+    "lower-affine",
+    "convert-scf-to-cf",
+    "convert-math-to-llvm",
+    "convert-arith-to-llvm",
+    "convert-index-to-llvm",
+    "finalize-memref-to-llvm",
+    "convert-func-to-llvm",
+    "convert-cf-to-llvm",
+    "reconcile-unrealized-casts",
+])
+
+
+@dataclass(frozen=True)
+class Options:
+    opt_level: int = 3
+    cpu: str = "native"  # "native" (this machine's CPU) or any LLVM -mcpu name, e.g. "x86-64"
+    print_ir_after_all: bool = False
+    locations: bool = False  # print loc(...) in --emit mlir/lowered output
+
+    def cache_key(self) -> dict:
+        d = asdict(self)
+        d.pop("print_ir_after_all")
+        d.pop("locations")
+        return d
+
+
+@dataclass
+class Build:
+    """What flows through the stages: each stage fills in its own field."""
+
+    source: str
+    filename: str
+    options: Options
+    workdir: Path
+    program: ast.Program | None = None
+    module: Any = None  # mlir.ir.Module
+    llvm_ir: bytes = b""
+    obj: bytes = b""
+    so_path: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _stage_ast(b: Build) -> None:
+    b.program = syntax.parse(b.source, b.filename)
+
+
+def _stage_typed(b: Build) -> None:
+    b.program = _check.check(b.program)
+
+
+def _stage_mlir(b: Build) -> None:
+    from . import lower
+    lower.require_host(b.program)
+    b.module = lower.lower(b.program)
+    if not b.module.operation.verify():
+        raise InternalError("the generated MLIR does not verify", _reproducer(b, str(b.module), ""))
+
+
+def _stage_lowered(b: Build) -> None:
+    from mlir import ir
+    from mlir.passmanager import PassManager
+    before = b.module.operation.get_asm(enable_debug_info=True)
+    with b.module.context:
+        pm = PassManager.parse(f"builtin.module({PASS_PIPELINE})")
+        if b.options.print_ir_after_all:
+            pm.enable_ir_printing()
+        try:
+            pm.run(b.module.operation)
+        except ir.MLIRError as e:
+            raise InternalError(f"the pass pipeline failed on the generated MLIR:\n{e}",
+                                _reproducer(b, before, PASS_PIPELINE)) from None
+
+
+def _stage_llvm(b: Build) -> None:
+    mlir_path = b.workdir / "lowered.mlir"
+    mlir_path.write_text(b.module.operation.get_asm())
+    raw = toolchain.run("mlir-translate", ["--mlir-to-llvmir", str(mlir_path)])
+    triple, host_cpu = toolchain.host()
+    cpu = host_cpu if b.options.cpu == "native" else b.options.cpu
+    raw_path = b.workdir / "raw.ll"
+    raw_path.write_bytes(raw)
+    b.llvm_ir = toolchain.run("opt", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={cpu}",
+                                      "-S", str(raw_path), "-o", "-"])
+    b.extra["cpu"] = cpu
+
+
+def _stage_obj(b: Build) -> None:
+    ll = b.workdir / "opt.ll"
+    ll.write_bytes(b.llvm_ir)
+    triple, _ = toolchain.host()
+    obj = b.workdir / "out.o"
+    toolchain.run("llc", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={b.extra['cpu']}",
+                          "-relocation-model=pic", "-filetype=obj", str(ll), "-o", str(obj)])
+    b.obj = obj.read_bytes()
+
+
+def _stage_so(b: Build) -> None:
+    obj = b.workdir / "out.o"
+    if not obj.exists():
+        obj.write_bytes(b.obj)
+    so = b.workdir / f"{Path(b.filename).stem or 'module'}.so"
+    toolchain.run("cc", ["-shared", "-o", str(so), str(obj), "-lm"])
+    sidecar = {
+        "format": "kina-sidecar-1",
+        "kina_version": __version__,
+        "llvm_version": toolchain.llvm_version(),
+        "source": b.filename,
+        "cpu": b.extra["cpu"],
+        "cpu_flags": toolchain.cpu_flags() if b.options.cpu == "native" else [],
+        "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
+        "functions": [fn.sig.to_json() for fn in b.program.functions],
+    }
+    so.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
+    b.so_path = so
+
+
+def _render(b: Build, stage: str) -> str | bytes:
+    """A stage's output as it is printed by --emit and written by --dump-dir."""
+    if stage in ("ast", "typed"):
+        return ast.dump(b.program)
+    if stage in ("mlir", "lowered"):
+        return b.module.operation.get_asm(enable_debug_info=b.options.locations)
+    if stage == "llvm":
+        return b.llvm_ir.decode()
+    if stage == "obj":
+        return b.obj
+    return str(b.so_path) + "\n"
+
+
+STAGES: list[tuple[str, Callable[[Build], None]]] = [
+    ("ast", _stage_ast), ("typed", _stage_typed), ("mlir", _stage_mlir), ("lowered", _stage_lowered),
+    ("llvm", _stage_llvm), ("obj", _stage_obj), ("so", _stage_so),
+]
+STAGE_NAMES = [name for name, _ in STAGES]
+_DUMP_EXT = {"ast": "txt", "typed": "txt", "mlir": "mlir", "lowered": "mlir", "llvm": "ll", "obj": "o", "so": "txt"}
+
+
+def run_stages(source: str | bytes, filename: str, until: str = "so", options: Options = Options(),
+               workdir: Path | None = None, dump_dir: Path | None = None) -> Build:
+    """Run the stage table up to and including `until`."""
+    if until not in STAGE_NAMES:
+        raise ValueError(f"until: expected one of {STAGE_NAMES}, got {until!r}")
+    b = Build(source, filename, options, Path(workdir or tempfile.mkdtemp(prefix="kina-")))
+    for i, (name, stage) in enumerate(STAGES):
+        stage(b)
+        if name == "ast" and isinstance(source, bytes):
+            b.source = b.program.source
+        if dump_dir is not None:
+            Path(dump_dir).mkdir(parents=True, exist_ok=True)
+            out = _render(b, name)
+            path = Path(dump_dir) / f"{i}-{name}.{_DUMP_EXT[name]}"
+            path.write_bytes(out) if isinstance(out, bytes) else path.write_text(out)
+        if name == until:
+            break
+    return b
+
+
+def _reproducer(b: Build, mlir_text: str, pipeline: str) -> str:
+    fd, path = tempfile.mkstemp(prefix="kina-repro-", suffix=".mlir")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"// Reproducer for an internal kinac error on {b.filename}.\n")
+        if pipeline:
+            f.write(f"// Run: mlir-opt {path} --pass-pipeline='builtin.module({pipeline})'\n")
+        else:
+            f.write(f"// Run: mlir-opt {path} --verify-diagnostics\n")
+        f.write(mlir_text)
+    return path
+
+
+# -- the compile cache -------------------------------------------------------------
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KINA_CACHE_DIR") or Path.home() / ".cache" / "kina")
+
+
+def cache_key(source: str | bytes, filename: str, options: Options) -> str:
+    data = source if isinstance(source, bytes) else source.encode()
+    _, host_cpu = toolchain.host()
+    meta = json.dumps({"kina": __version__, "llvm": toolchain.llvm_version(), "host_cpu": host_cpu,
+                       "filename": filename, "options": options.cache_key(), "pipeline": PASS_PIPELINE},
+                      sort_keys=True)
+    return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
+
+
+def build_so(source: str | bytes, filename: str = "<string>", options: Options = Options(),
+             dump_dir: Path | None = None) -> Path:
+    """Build (or fetch from the cache) a .so for `source`; returns its path."""
+    use_cache = os.environ.get("KINA_NO_CACHE") != "1" and dump_dir is None
+    if use_cache:
+        entry = cache_dir() / cache_key(source, filename, options)
+        so = entry / f"{Path(filename).stem or 'module'}.so"
+        if so.exists() and so.with_suffix(".json").exists():
+            return so
+    b = run_stages(source, filename, "so", options, dump_dir=dump_dir)
+    if not use_cache:
+        return b.so_path
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    shutil.copy2(b.so_path, tmp / b.so_path.name)
+    shutil.copy2(b.so_path.with_suffix(".json"), tmp / b.so_path.with_suffix(".json").name)
+    shutil.rmtree(b.workdir, ignore_errors=True)
+    try:
+        os.rename(tmp, entry)  # atomic: readers see the whole entry or none of it
+    except OSError:  # another process won the race; its entry is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return so
+
+
+def compile_source(text: str | bytes, filename: str = "<string>", options: Options = Options()):
+    """Compile Kina source to a loaded module whose attributes are the Kina functions."""
+    from .runtime import load
+    so = build_so(text, filename, options)
+    module = load(so)
+    if os.environ.get("KINA_NO_CACHE") == "1":  # the loaded .so stays mapped after its files go
+        shutil.rmtree(so.parent, ignore_errors=True)
+    return module
+
+
+def compile_file(path: str | os.PathLike, options: Options = Options()):
+    path = Path(path)
+    return compile_source(path.read_bytes(), str(path), options)

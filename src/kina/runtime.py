@@ -1,0 +1,198 @@
+"""Load a kinac-built .so through its sidecar and call it with NumPy arrays.
+
+In:  a .so built by kinac and its sidecar `<name>.json` (function signatures).
+Out: a `Module` whose attributes are callable `Function`s: arrays in, a tuple of
+     new arrays out.
+
+Guarantees: before every call the arguments are checked against the signature
+(count, type, dtype, rank, shape, and that every symbolic dim binds to one
+value); a mismatch is a TypeError or ValueError naming the parameter, never a
+crash. Inputs are never modified; non-contiguous or unaligned inputs are copied
+to contiguous ones first. Results, whatever their size, are allocated here with
+NumPy and filled by the callee (out-params), so NumPy owns and frees them.
+This module imports neither `mlir` nor `lark`.
+
+Calling convention (what `kinac` emits): `_mlir_ciface_<fn>(in_0*, ..., out_0*, ...)`
+where each pointer is a memref descriptor {allocated, aligned, offset, sizes[r], strides[r]}.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .toolchain import cpu_flags
+from .types import DTYPES, Dim, Signature, TensorType
+
+
+class LoadError(ValueError):
+    """A .so that cannot be used: missing or mismatched sidecar, wrong CPU, missing symbol."""
+
+
+_DESCRIPTORS: dict[int, type] = {}
+
+
+def _descriptor(rank: int) -> type:
+    if rank not in _DESCRIPTORS:
+        class Descriptor(ctypes.Structure):
+            _fields_ = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64),
+                        ("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+        _DESCRIPTORS[rank] = Descriptor
+    return _DESCRIPTORS[rank]
+
+
+def _describe(a: np.ndarray):
+    d = _descriptor(a.ndim)()
+    d.allocated = d.aligned = a.ctypes.data
+    d.offset = 0
+    d.sizes[:] = a.shape
+    d.strides[:] = [s // a.itemsize for s in a.strides] if a.size else [0] * a.ndim
+    return d
+
+
+def numpy_dtype(dtype: str) -> np.dtype | None:
+    name = DTYPES[dtype][1]
+    return np.dtype(name) if name else None
+
+
+def bind(sig: Signature, args: tuple) -> tuple[list[np.ndarray], dict[str, int]]:
+    """Check `args` against `sig`; return them C-contiguous, with the value of every dim name."""
+    name = sig.name
+    if len(args) != len(sig.params):
+        names = ", ".join(n for n, _ in sig.params)
+        raise TypeError(f"{name}() takes {len(sig.params)} arguments ({names}), got {len(args)}")
+    arrays, env, where = [], {}, {}
+    for (pname, t), a in zip(sig.params, args):
+        want = numpy_dtype(t.dtype)
+        if want is None:
+            raise TypeError(f"{name}(): parameter '{pname}' is {t.dtype}, which NumPy cannot represent")
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}(): parameter '{pname}' expects a numpy.ndarray of {want} with shape "
+                            f"{t.shape_str()}, got {type(a).__name__}")
+        if a.dtype != want:
+            raise TypeError(f"{name}(): parameter '{pname}' expects dtype {want} ({t.dtype}), got {a.dtype}")
+        if a.ndim != t.rank:
+            raise ValueError(f"{name}(): parameter '{pname}' expects rank {t.rank} {t.shape_str()}, "
+                             f"got rank {a.ndim} with shape {list(a.shape)}")
+        for axis, (d, n) in enumerate(zip(t.dims, a.shape)):
+            if d.is_static and d.const != n:
+                raise ValueError(f"{name}(): parameter '{pname}' expects shape {t.shape_str()}, "
+                                 f"got {list(a.shape)} (dim {axis} is {n}, expected {d.const})")
+            if d.symbol:
+                if d.symbol in env and env[d.symbol] != n:
+                    raise ValueError(f"{name}(): dim {d.symbol} is {env[d.symbol]} from {where[d.symbol]} "
+                                     f"but {n} from {pname} (dim {axis})")
+                env[d.symbol], where[d.symbol] = n, pname
+        arrays.append(np.require(a, requirements=["C_CONTIGUOUS", "ALIGNED"]))
+    for (pname, t), a in zip(sig.params, arrays):  # compound dims like S+1 in a parameter
+        for axis, (d, n) in enumerate(zip(t.dims, a.shape)):
+            if not d.is_static and not d.symbol and d.evaluate(env) != n:
+                raise ValueError(f"{name}(): parameter '{pname}' dim {axis} must be {d} = {d.evaluate(env)}, got {n}")
+    return arrays, env
+
+
+def result_shapes(sig: Signature, env: dict[str, int]) -> list[tuple[int, ...]]:
+    return [tuple(d.evaluate(env) for d in t.dims) for t in sig.results]
+
+
+class Function:
+    """One compiled Kina function; call it with NumPy arrays."""
+
+    def __init__(self, module: "Module", sig: Signature, cfunc):
+        self._module, self.signature, self._cfunc = module, sig, cfunc
+        self.__name__ = sig.name
+        self._result_dtypes = [numpy_dtype(t.dtype) for t in sig.results]
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{n}: {t}" for n, t in self.signature.params)
+        return f"<kina function {self.__name__}({params}) -> ({', '.join(map(str, self.signature.results))})>"
+
+    def __call__(self, *args) -> tuple[np.ndarray, ...]:
+        if self._module.closed:
+            raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
+        arrays, env = bind(self.signature, args)
+        outs = [np.empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env), self._result_dtypes)]
+        self.call_into(arrays, outs)
+        return tuple(outs)
+
+    def call_into(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        """The raw call: `arrays` already checked by `bind`, `outs` C-contiguous, of the result shapes."""
+        if self._module.closed:
+            raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
+        descs = [_describe(a) for a in (*arrays, *outs)]
+        self._cfunc(*[ctypes.byref(d) for d in descs])
+
+
+class Module:
+    """A loaded .so: one attribute per Kina function. Use `close()` or `with`."""
+
+    def __init__(self, path: Path, sidecar: dict):
+        self.path, self.sidecar, self.closed = path, sidecar, False
+        self._lib = ctypes.CDLL(str(path))
+        self.functions: dict[str, Function] = {}
+        for obj in sidecar["functions"]:
+            sig = Signature.from_json(obj)
+            try:
+                cfunc = getattr(self._lib, f"_mlir_ciface_{sig.name}")
+            except AttributeError:
+                raise LoadError(f"{path}: sidecar lists function '{sig.name}' but the .so has no "
+                                f"_mlir_ciface_{sig.name}") from None
+            cfunc.restype = None
+            cfunc.argtypes = None
+            self.functions[sig.name] = Function(self, sig, cfunc)
+
+    def __getattr__(self, name: str) -> Function:
+        functions = self.__dict__.get("functions", {})
+        if name in functions:
+            return functions[name]
+        raise AttributeError(f"module {self.__dict__.get('path')} has no function {name!r} "
+                             f"(it has: {', '.join(functions) or 'none'})")
+
+    def __dir__(self):
+        return [*super().__dir__(), *self.functions]
+
+    def close(self) -> None:
+        """Unload the .so; any later call raises ValueError instead of crashing."""
+        if not self.closed:
+            self.closed = True
+            handle, self._lib = self._lib._handle, None
+            import _ctypes
+            _ctypes.dlclose(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def load(path: str | Path) -> Module:
+    """Load a kinac output (.so) through the sidecar beside it."""
+    path = Path(path)
+    if not path.is_file():
+        raise LoadError(f"{path}: no such shared object")
+    sidecar_path = path.with_suffix(".json")
+    if not sidecar_path.is_file():
+        raise LoadError(f"{path}: its sidecar {sidecar_path.name} is missing; rebuild with kinac")
+    try:
+        sidecar = json.loads(sidecar_path.read_text())
+        if sidecar.get("format") != "kina-sidecar-1":
+            raise ValueError(f"unknown format {sidecar.get('format')!r}")
+        for obj in sidecar["functions"]:
+            Signature.from_json(obj)
+    except (ValueError, KeyError, TypeError) as e:
+        raise LoadError(f"{sidecar_path}: not a valid kina sidecar ({e})") from None
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if sidecar.get("so_sha256") != digest:
+        raise LoadError(f"{sidecar_path.name} does not match {path.name}: it describes another build; rebuild with kinac")
+    missing = sorted(set(sidecar.get("cpu_flags", [])) - set(cpu_flags()))
+    if missing:
+        raise LoadError(f"{path.name} was built for CPU {sidecar.get('cpu')} and uses {', '.join(missing)}, "
+                        f"which this CPU lacks; rebuild here, or with --cpu x86-64 for a portable .so")
+    return Module(path, sidecar)
+
+
+__all__ = ["Module", "Function", "LoadError", "load", "Dim", "TensorType"]

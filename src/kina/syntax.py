@@ -1,0 +1,221 @@
+"""Parse Kina source into an AST.
+
+In:  source text (str, or bytes that must be UTF-8) and a filename for locations.
+Out: an `ast.Program`; nothing is type-checked yet.
+
+Guarantees: every failure is a `KinaError` located at the offending character or
+token, saying what was expected and what was found (never a Lark traceback).
+Nesting deeper than `MAX_DEPTH` is refused up front, so recursion stays bounded.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from . import ast
+from .diagnostics import KinaError, Loc
+from .types import Dim
+
+MAX_DEPTH = 200  # parentheses / operator nesting; far beyond any real program
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    grammar = (Path(__file__).parent / "grammar.lark").read_text()
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def parse(source: str | bytes, filename: str = "<string>") -> ast.Program:
+    text = _decode(source, filename)
+    _check_depth(text, filename)
+    try:
+        tree = _parser().parse(text)
+        functions = _ToAst(filename).transform(tree)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, text, filename).with_source(text) from None
+    except VisitError as e:  # an error raised while building a node
+        if isinstance(e.orig_exc, KinaError):
+            raise e.orig_exc.with_source(text) from None
+        raise
+    except RecursionError:
+        raise KinaError(Loc(filename, 1, 1), f"program is nested too deeply (more than {MAX_DEPTH} levels)",
+                        source=text) from None
+    return ast.Program(tuple(functions), filename, text)
+
+
+def _decode(source: str | bytes, filename: str) -> str:
+    if isinstance(source, bytes):
+        try:
+            source = source.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = source.count(b"\n", 0, e.start) + 1
+            col = e.start - (source.rfind(b"\n", 0, e.start) + 1) + 1
+            raise KinaError(Loc(filename, line, col),
+                            f"source is not valid UTF-8 (byte 0x{source[e.start]:02x} at offset {e.start})",
+                            source=source.decode("utf-8", "replace")) from None
+    nul = source.find("\0")
+    if nul >= 0:
+        line = source.count("\n", 0, nul) + 1
+        col = nul - (source.rfind("\n", 0, nul) + 1) + 1
+        raise KinaError(Loc(filename, line, col), "source contains a NUL byte", source=source.replace("\0", " "))
+    return source
+
+
+def _check_depth(text: str, filename: str) -> None:
+    """Refuse deep nesting before the recursive tree walks see it."""
+    depth, line, col, in_comment = 0, 1, 0, False
+    for i, ch in enumerate(text):
+        col += 1
+        if ch == "\n":
+            line, col, in_comment = line + 1, 0, False
+        elif in_comment:
+            continue
+        elif ch == "/" and text.startswith("//", i):
+            in_comment = True
+        elif ch == "(":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise KinaError(Loc(filename, line, col), f"parentheses nested more than {MAX_DEPTH} deep",
+                                source=text)
+        elif ch == ")":
+            depth = max(0, depth - 1)
+
+
+_TOKEN_NAMES = {"NAME": "a name", "INT": "an integer", "$END": "end of file"}
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _TOKEN_NAMES:
+        return _TOKEN_NAMES[name]
+    for term in _parser().terminals:
+        if term.name == name:
+            return repr(term.pattern.value) if term.pattern.type == "str" else name.lower()
+    return name
+
+
+def _describe_token(tok: Token) -> str:
+    if tok.type == "$END":
+        return "end of file"
+    return repr(str(tok))
+
+
+def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
+    line, col = getattr(e, "line", -1), getattr(e, "column", -1)
+    if isinstance(e, UnexpectedCharacters):
+        ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else "?"
+        return KinaError(Loc(filename, line, col), f"unexpected character {ch!r}")
+    expected = set(getattr(e, "expected", ()) or ())
+    if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
+        lines = text.splitlines() or [""]
+        line, col = len(lines), len(lines[-1]) + 1
+        found = "end of file"
+    else:
+        found = _describe_token(e.token)
+    loc = Loc(filename, line, col, line, col + (len(str(e.token)) if isinstance(e, UnexpectedToken) else 1))
+    if "SEMICOLON" in expected:  # ';' is only ever legal at the end of a let binding
+        if isinstance(e, UnexpectedToken) and e.token.type != "$END":
+            loc = _just_after_previous_token(text, e.token.start_pos, filename)
+        return KinaError(loc, f"expected ';' after let binding, found {found}")
+    if "RBRACE" in expected and "LET" in expected:
+        return KinaError(loc, f"expected a let binding or the result tuple '(...)', found {found}")
+    names = sorted(_describe_terminal(t) for t in expected)
+    if not names:
+        return KinaError(loc, f"unexpected {found}")
+    if len(names) > 6:
+        return KinaError(loc, f"unexpected {found}")
+    want = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    return KinaError(loc, f"expected {want}, found {found}")
+
+
+def _just_after_previous_token(text: str, pos: int, filename: str) -> Loc:
+    """Where a missing ';' belongs: right after the last non-blank character before `pos`."""
+    while pos > 0 and text[pos - 1].isspace():
+        pos -= 1
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return Loc(filename, line, col)
+
+
+def _loc(filename: str, meta) -> Loc:
+    return Loc(filename, meta.line, meta.column, meta.end_line, meta.end_column)
+
+
+def _tok_loc(filename: str, tok: Token) -> Loc:
+    return Loc(filename, tok.line, tok.column, tok.end_line, tok.end_column)
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    """One method per grammar rule; each builds the AST node of that rule."""
+
+    def __init__(self, filename: str):
+        super().__init__()
+        self.f = filename
+
+    # start: function*
+    def start(self, meta, functions):
+        return functions
+
+    # function: "let" NAME "=" "fn" "(" _params ")" "->" "(" _types ")" "{" let* results "}"
+    def function(self, meta, items):
+        name, rest = items[0], items[1:]
+        params = tuple(x for x in rest if isinstance(x, ast.Param))
+        types = tuple(x for x in rest if isinstance(x, ast.TypeAnn))
+        lets = tuple(x for x in rest if isinstance(x, ast.Let))
+        results = rest[-1]
+        return ast.Function(str(name), params, types, lets, results, _tok_loc(self.f, name))
+
+    # param: NAME ":" type
+    def param(self, meta, items):
+        name, ty = items
+        return ast.Param(str(name), ty, _tok_loc(self.f, name))
+
+    # type: "tensor" "<" NAME "," "[" [dim ("," dim)*] "]" "," "@" NAME ">"
+    def type(self, meta, items):
+        dtype, *dims, placement = items
+        dims = [d for d in dims if d is not None]
+        return ast.TypeAnn(str(dtype), tuple(d for d, _ in dims), str(placement), _loc(self.f, meta),
+                           dim_locs=tuple(loc for _, loc in dims), dtype_loc=_tok_loc(self.f, dtype),
+                           placement_loc=_tok_loc(self.f, placement))
+
+    # dim: _dim_term ("+" _dim_term)*
+    def dim(self, meta, terms):
+        dim = Dim()
+        for t in terms:
+            dim = dim + (int(t) if t.type == "INT" else Dim.of(str(t)))
+        return dim, _loc(self.f, meta)
+
+    # let: "let" NAME "=" expr ";"
+    def let(self, meta, items):
+        name, value = items
+        return ast.Let(str(name), value, _tok_loc(self.f, name))
+
+    # results: "(" expr ("," expr)* ")"
+    def results(self, meta, items):
+        return tuple(items)
+
+    def name(self, meta, items):
+        return ast.Name(_tok_loc(self.f, items[0]), str(items[0]))
+
+    def concat(self, meta, items):
+        axis, lhs, rhs = items
+        return ast.Concat(_loc(self.f, meta), int(axis), lhs, rhs)
+
+    def matmul(self, meta, items):
+        return ast.MatMul(_loc(self.f, meta), *items)
+
+    def mul(self, meta, items):
+        return ast.Mul(_loc(self.f, meta), *items)
+
+    def add(self, meta, items):
+        return ast.Add(_loc(self.f, meta), *items)
+
+    def broadcast(self, meta, items):
+        return ast.Broadcast(_loc(self.f, meta), items[0])
+
+    def softmax(self, meta, items):
+        operand, axis = items
+        return ast.Softmax(_loc(self.f, meta), operand, int(axis))

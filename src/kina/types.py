@@ -1,0 +1,135 @@
+"""Kina's types: dtypes, symbolic dims and tensor types.
+
+In:  dtype and placement names, dims written as integers, names or sums of them.
+Out: frozen, hashable values: `Dim` (an affine form `c + a*X + b*Y ...`) and
+     `TensorType(dtype, dims, placement)`.
+
+Guarantees: a leaf module (no `kina`, `lark` or `mlir` imports), so the runtime
+can evaluate the symbolic result shapes recorded in a sidecar. Dims are kept in
+a normal form, so two dims are equal exactly when `==` says so, and `str(dim)`
+round-trips through `Dim.parse`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# dtype name -> (MLIR element type, NumPy dtype name, is floating)
+DTYPES: dict[str, tuple[str, str | None, bool]] = {
+    "F16": ("f16", "float16", True),
+    "BF16": ("bf16", None, True),  # NumPy has no bfloat16: parses and checks, cannot run
+    "F32": ("f32", "float32", True),
+    "F64": ("f64", "float64", True),
+    "I32": ("i32", "int32", False),
+    "I64": ("i64", "int64", False),
+}
+PLACEMENTS = ("host", "device")
+
+
+@dataclass(frozen=True)
+class Dim:
+    """An affine dim: `const + sum(coeff * name)`, terms sorted by name, no zero coeffs."""
+
+    const: int = 0
+    terms: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(value: "int | str | Dim") -> "Dim":
+        if isinstance(value, Dim):
+            return value
+        if isinstance(value, int):
+            return Dim(value)
+        return Dim(0, ((value, 1),))
+
+    @property
+    def is_static(self) -> bool:
+        return not self.terms
+
+    @property
+    def symbol(self) -> str | None:
+        """The name, when this dim is exactly one name (so it can bind that name)."""
+        if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0]
+        return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.terms)
+
+    def __add__(self, other: "Dim | int") -> "Dim":
+        other = Dim.of(other)
+        coeffs = dict(self.terms)
+        for name, c in other.terms:
+            coeffs[name] = coeffs.get(name, 0) + c
+        return Dim(self.const + other.const, tuple(sorted((n, c) for n, c in coeffs.items() if c)))
+
+    def evaluate(self, env: dict[str, int]) -> int:
+        return self.const + sum(c * env[n] for n, c in self.terms)
+
+    def __str__(self) -> str:
+        parts = [name if c == 1 else f"{c}*{name}" for name, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return "+".join(parts)
+
+    @staticmethod
+    def parse(text: str) -> "Dim":
+        """Inverse of `str`: '4', 'S', 'S+1', '2*S+N+3'."""
+        dim = Dim()
+        for term in text.replace(" ", "").split("+"):
+            m = re.fullmatch(r"(?:(\d+)\*)?([A-Za-z_]\w*)|(\d+)", term)
+            if not m:
+                raise ValueError(f"not a dim: {text!r}")
+            dim = dim + (int(m.group(3)) if m.group(3) else Dim(0, ((m.group(2), int(m.group(1) or 1)),)))
+        return dim
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: str
+    dims: tuple[Dim, ...]
+    placement: str = "host"
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def is_float(self) -> bool:
+        return DTYPES[self.dtype][2]
+
+    @property
+    def is_static(self) -> bool:
+        return all(d.is_static for d in self.dims)
+
+    def shape_str(self) -> str:
+        return "[" + ", ".join(str(d) for d in self.dims) + "]"
+
+    def __str__(self) -> str:
+        return f"tensor<{self.dtype}, {self.shape_str()}, @{self.placement}>"
+
+    def to_json(self) -> dict:
+        return {"dtype": self.dtype, "dims": [str(d) for d in self.dims], "placement": self.placement}
+
+    @staticmethod
+    def from_json(obj: dict) -> "TensorType":
+        return TensorType(obj["dtype"], tuple(Dim.parse(d) for d in obj["dims"]), obj["placement"])
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A compiled function's interface: what the runtime checks every call against."""
+
+    name: str
+    params: tuple[tuple[str, TensorType], ...]
+    results: tuple[TensorType, ...]
+
+    def to_json(self) -> dict:
+        return {"name": self.name,
+                "params": [{"name": n, **t.to_json()} for n, t in self.params],
+                "results": [t.to_json() for t in self.results]}
+
+    @staticmethod
+    def from_json(obj: dict) -> "Signature":
+        return Signature(obj["name"], tuple((p["name"], TensorType.from_json(p)) for p in obj["params"]),
+                         tuple(TensorType.from_json(r) for r in obj["results"]))

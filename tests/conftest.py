@@ -1,0 +1,60 @@
+"""Shared test helpers: the one NumPy-reference helper, and golden-file updates.
+
+`check_against_numpy(source, fn, *inputs)` compiles `source`, runs `fn`, runs the
+NumPy reference interpreter on the same inputs, and compares shape, then dtype,
+then values (bit-exact where the op is exact, else within `rtol`).
+
+`pytest --update-golden` rewrites tests/golden/* from the current compiler; review
+the diff before committing.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kina
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current compiler")
+
+
+@pytest.fixture
+def update_golden(request):
+    return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_dir(tmp_path_factory):
+    if "KINA_CACHE_DIR" not in os.environ:
+        os.environ["KINA_CACHE_DIR"] = str(tmp_path_factory.mktemp("kina-cache"))
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, rtol: float = 0.0, atol: float = 0.0, what: str = "result"):
+    """Shape, then dtype, then values; rtol=atol=0 means bit-exact (NaNs compare equal)."""
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    if rtol == 0 and atol == 0:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what, equal_nan=True)
+
+
+def check_against_numpy(source: str, fn: str, *inputs: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6,
+                        exact: tuple[int, ...] = ()):
+    """Compile and interpret `source`; compare `fn`'s results. Results listed in `exact` must match bit for bit."""
+    compiled = getattr(kina.compile_source(source, "<test>"), fn)(*inputs)
+    reference = getattr(kina.interpret(source, "<test>"), fn)(*inputs)
+    assert len(compiled) == len(reference)
+    for i, (got, want) in enumerate(zip(compiled, reference)):
+        if i in exact:
+            assert_same(got, want, what=f"result {i}")
+        else:
+            assert_same(got, want, rtol=rtol, atol=atol, what=f"result {i}")
+    return compiled

@@ -1,0 +1,68 @@
+"""The Section 19 example end to end: compile, call, compare with NumPy; the .so's dependencies."""
+import subprocess
+
+import numpy as np
+import pytest
+
+import kina
+from conftest import EXAMPLES, check_against_numpy
+
+
+def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)
+    return r(B, H, 1, Dh), r(B, H, Dh, S), r(B, H, Dh, 1), r(B, H, S, Dh), r(B, H, 1, Dh), np.full((1, 1, 1, 1), 0.5, dtype)
+
+
+def kv_source(B, H, Dh, S, dtype="F32"):
+    text = (EXAMPLES / "storylm0_kv_step.kina").read_text()
+    for old, new in [("[1, 2, 1, 2]", f"[{B}, {H}, 1, {Dh}]"), ("[1, 2, 2, 3]", f"[{B}, {H}, {Dh}, {S}]"),
+                     ("[1, 2, 2, 1]", f"[{B}, {H}, {Dh}, 1]"), ("[1, 2, 3, 2]", f"[{B}, {H}, {S}, {Dh}]"),
+                     ("[1, 2, 2, 4]", f"[{B}, {H}, {Dh}, {S + 1}]"), ("[1, 2, 4, 2]", f"[{B}, {H}, {S + 1}, {Dh}]")]:
+        text = text.replace(old, new)
+    return text.replace("F32", dtype)
+
+
+def test_example_matches_numpy():
+    check_against_numpy((EXAMPLES / "storylm0_kv_step.kina").read_text(), "kv_step", *kv_inputs(1, 2, 2, 3),
+                        exact=(0, 1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("B,H,Dh,S", [(1, 1, 1, 1), (2, 3, 4, 5), (1, 4, 16, 31), (3, 2, 8, 0)])
+def test_other_sizes(B, H, Dh, S):
+    check_against_numpy(kv_source(B, H, Dh, S), "kv_step", *kv_inputs(B, H, Dh, S), exact=(0, 1))
+
+
+def test_f64():
+    check_against_numpy(kv_source(2, 2, 8, 9, "F64"), "kv_step", *kv_inputs(2, 2, 8, 9, np.float64),
+                        exact=(0, 1), rtol=1e-12, atol=1e-14)
+
+
+def test_so_needs_only_libc_and_libm(tmp_path):
+    from kina.pipeline import build_so
+    so = build_so((EXAMPLES / "storylm0_kv_step.kina").read_text(), "kv.kina")
+    needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    libs = sorted(line.split("[")[1].split("]")[0] for line in needed.splitlines() if "(NEEDED)" in line)
+    assert set(libs) <= {"libc.so.6", "libm.so.6"}, libs
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(so)], capture_output=True, text=True).stdout
+    assert "memrefCopy" not in undefined and "_mlir_" not in undefined
+
+
+def test_inputs_are_not_modified_and_views_work():
+    mod = kina.compile_file(EXAMPLES / "storylm0_kv_step.kina")
+    args = kv_inputs(1, 2, 2, 3)
+    copies = [a.copy() for a in args]
+    # a transposed, non-contiguous q_new view with the same values
+    q_t = np.ascontiguousarray(args[0].transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
+    assert not q_t.flags.c_contiguous or q_t.shape[2] == 1
+    k_view = np.ascontiguousarray(np.concatenate([args[1], args[1]], axis=3))[..., ::2]
+    k_view[...] = args[1]
+    frozen = [a.copy() for a in args]
+    for a in frozen:
+        a.setflags(write=False)
+    want = mod.kv_step(*args)
+    got = mod.kv_step(q_t, k_view, *frozen[2:])
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(w, g)
+    for a, c in zip(args, copies):
+        np.testing.assert_array_equal(a, c)
