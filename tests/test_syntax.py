@@ -1,0 +1,204 @@
+"""Parser tests: source text in, the expected AST written literally, compared with `==`.
+
+AST nodes compare by value, locations included, so each expected tree below also
+pins down where every node starts and ends (1-based, end exclusive). Expressions
+are parsed inside a fixed wrapper that puts them on line 2 from column 9.
+"""
+import pytest
+
+from kina import ast, syntax
+from kina.diagnostics import KinaError, Loc
+from kina.types import Dim
+
+F = "t.kina"
+PREFIX = "let x = "  # the expression starts at line 2, column len(PREFIX) + 1 = 9
+
+
+def L(line, col, end_col, end_line=None):
+    return Loc(F, line, col, end_line or line, end_col)
+
+
+def E(col, end_col):
+    """A span on the expression's line (2)."""
+    return L(2, col, end_col)
+
+
+def N(name, col, line=2):
+    return ast.Name(L(line, col, col + len(name)), name)
+
+
+def parse_expr(text: str) -> ast.Expr:
+    program = syntax.parse(f"let f = fn() -> () {{\n{PREFIX}{text};\n(x)\n}}\n", F)
+    (let,) = program.functions[0].body
+    assert let == ast.Let("x", let.value, L(2, 5, 6))
+    return let.value
+
+
+def S(*terms, const=0):
+    """A symbolic dim: S("S", const=1) is S+1."""
+    return Dim(const, tuple(sorted((t, 1) for t in terms)))
+
+
+# -- expressions: precedence, associativity, every form ----------------------------------
+
+def test_name():
+    assert parse_expr("abc_1") == N("abc_1", 9)
+
+
+def test_mul_and_matmul_share_a_level_and_associate_left():
+    # a * b @ c  ==  (a * b) @ c
+    assert parse_expr("a * b @ c") == ast.MatMul(E(9, 18), ast.Mul(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+    # a @ b * c  ==  (a @ b) * c
+    assert parse_expr("a @ b * c") == ast.Mul(E(9, 18), ast.MatMul(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+    # a @ b @ c  ==  (a @ b) @ c
+    assert parse_expr("a @ b @ c") == ast.MatMul(E(9, 18), ast.MatMul(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+    # a * b * c  ==  (a * b) * c
+    assert parse_expr("a * b * c") == ast.Mul(E(9, 18), ast.Mul(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+
+
+def test_plus_binds_looser_than_mul_and_matmul():
+    # a + b * c  ==  a + (b * c)
+    assert parse_expr("a + b * c") == ast.Add(E(9, 18), N("a", 9), ast.Mul(E(13, 18), N("b", 13), N("c", 17)))
+    # a @ b + c  ==  (a @ b) + c
+    assert parse_expr("a @ b + c") == ast.Add(E(9, 18), ast.MatMul(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+    # a + b @ c + d  ==  (a + (b @ c)) + d
+    assert parse_expr("a + b @ c + d") == ast.Add(
+        E(9, 22), ast.Add(E(9, 18), N("a", 9), ast.MatMul(E(13, 18), N("b", 13), N("c", 17))), N("d", 21))
+
+
+def test_plus_associates_left():
+    assert parse_expr("a + b + c") == ast.Add(E(9, 18), ast.Add(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+
+
+def test_parentheses_override_precedence():
+    # a * (b + c): the inner span excludes the parentheses
+    assert parse_expr("a * (b + c)") == ast.Mul(E(9, 20), N("a", 9), ast.Add(E(14, 19), N("b", 14), N("c", 18)))
+    # a @ (b @ c) is right-nested only when written so
+    assert parse_expr("a @ (b @ c)") == ast.MatMul(E(9, 20), N("a", 9), ast.MatMul(E(14, 19), N("b", 14), N("c", 18)))
+    assert parse_expr("((a))") == N("a", 11)
+
+
+def test_concat():
+    assert parse_expr("concat[axis=3] k v") == ast.Concat(E(9, 27), 3, N("k", 24), N("v", 26))
+
+
+def test_concat_operands_are_atoms():
+    # concat[axis=0] a b * c  ==  (concat a b) * c
+    assert parse_expr("concat[axis=0] a b * c") == ast.Mul(
+        E(9, 31), ast.Concat(E(9, 27), 0, N("a", 24), N("b", 26)), N("c", 30))
+    assert parse_expr("concat[axis=1] (a @ b) c") == ast.Concat(
+        E(9, 33), 1, ast.MatMul(E(25, 30), N("a", 25), N("b", 29)), N("c", 32))
+
+
+def test_broadcast_and_softmax():
+    assert parse_expr("s * broadcast(c)") == ast.Mul(E(9, 25), N("s", 9), ast.Broadcast(E(13, 25), N("c", 23)))
+    assert parse_expr("softmax(s, axis=3)") == ast.Softmax(E(9, 27), N("s", 17), 3)
+    assert parse_expr("softmax(a @ b, axis=12)") == ast.Softmax(
+        E(9, 32), ast.MatMul(E(17, 22), N("a", 17), N("b", 21)), 12)
+
+
+def test_locations_are_compared():
+    """The same tree at another column is a different tree: locations are part of `==`."""
+    assert parse_expr("a * b") != parse_expr(" a * b")
+    assert parse_expr("a * b") != ast.Mul(E(9, 14), N("a", 9), N("c", 13))
+
+
+def test_type_is_not_compared():
+    from kina.types import TensorType
+    typed = ast.Name(E(9, 10), "a", type=TensorType("F32", (Dim(2),)))
+    assert parse_expr("a") == typed
+
+
+# -- functions, types, comments -----------------------------------------------------------
+
+def test_whole_function():
+    src = ("// leading comment\n"
+           "let f = fn(a: tensor<F32, [2, 3], @host>) -> (tensor<F32, [2, 3], @host>) {  // trailing\n"
+           "  let b = a * a; // a comment after a binding\n"
+           "  // a whole-line comment inside the body\n"
+           "  (b)\n"
+           "}\n")
+    want = ast.Program((ast.Function(
+        name="f",
+        params=(ast.Param("a", ast.TypeAnn("F32", (Dim(2), Dim(3)), "host", L(2, 15, 41)), L(2, 12, 13)),),
+        result_types=(ast.TypeAnn("F32", (Dim(2), Dim(3)), "host", L(2, 47, 73)),),
+        body=(ast.Let("b", ast.Mul(L(3, 11, 16), N("a", 11, 3), N("a", 15, 3)), L(3, 7, 8)),),
+        results=(N("b", 4, 5),),
+        loc=L(2, 5, 6)),))
+    got = syntax.parse(src, F)
+    assert got == want
+    assert got.filename == F and got.source == src
+
+
+def test_single_and_multiple_results():
+    one = syntax.parse("let f = fn() -> () {\n(a)\n}", F).functions[0]
+    assert one.results == (N("a", 2, 2),)
+    three = syntax.parse("let f = fn() -> () {\n(a, b @ c, d)\n}", F).functions[0]
+    assert three.results == (N("a", 2, 2), ast.MatMul(L(2, 5, 10), N("b", 5), N("c", 9)), N("d", 12))
+
+
+def test_multiple_functions():
+    src = ("let f = fn(a: tensor<F32, [1], @host>) -> (tensor<F32, [1], @host>) {\n(a)\n}\n"
+           "let g = fn() -> () {\nlet y = p;\n(y)\n}\n")
+    f, g = syntax.parse(src, F).functions
+    assert (f.name, f.loc, len(f.params), f.results) == ("f", L(1, 5, 6), 1, (N("a", 2, 2),))
+    assert g == ast.Function("g", (), (), (ast.Let("y", N("p", 9, 5), L(5, 5, 6)),), (N("y", 2, 6),), L(4, 5, 6))
+
+
+def test_empty_file_is_an_empty_program():
+    assert syntax.parse("// nothing but a comment\n", F) == ast.Program(())
+
+
+@pytest.mark.parametrize("dtype", ["F16", "BF16", "F32", "F64", "I32", "I64"])
+@pytest.mark.parametrize("placement", ["host", "device"])
+def test_every_dtype_and_placement_parses(dtype, placement):
+    src = f"let f = fn(a: tensor<{dtype}, [4], @{placement}>) -> () {{\n(a)\n}}"
+    (param,) = syntax.parse(src, F).functions[0].params
+    assert param.type == ast.TypeAnn(dtype, (Dim(4),), placement, param.type.loc)
+    assert (param.type.dtype, param.type.placement) == (dtype, placement)
+
+
+@pytest.mark.parametrize("written,dims", [
+    ("", ()),
+    ("0", (Dim(0),)),
+    ("7, 4096", (Dim(7), Dim(4096))),
+    ("B, S", (S("B"), S("S"))),
+    ("S+1", (S("S", const=1),)),
+    ("S + N", (S("S", "N"),)),
+    ("1+S", (S("S", const=1),)),
+    ("S+S+2", (Dim(2, (("S", 2),)),)),
+    ("2+3", (Dim(5),)),
+    ("B, H, Dh, S+1", (S("B"), S("H"), S("Dh"), S("S", const=1))),
+])
+def test_dims_are_ints_names_and_sums(written, dims):
+    src = f"let f = fn(a: tensor<F32, [{written}], @host>) -> () {{\n(a)\n}}"
+    (param,) = syntax.parse(src, F).functions[0].params
+    assert param.type.dims == dims
+    assert len(param.type.dim_locs) == len(dims)
+
+
+def test_dim_locations_cover_each_dim():
+    src = "let f = fn(a: tensor<F32, [B, S+1], @host>) -> () {\n(a)\n}"
+    (param,) = syntax.parse(src, F).functions[0].params
+    assert param.type.dim_locs == (L(1, 28, 29), L(1, 31, 34))
+    assert param.type.dtype_loc == L(1, 22, 25) and param.type.placement_loc == L(1, 38, 42)
+
+
+def test_bytes_source_is_utf8():
+    got = syntax.parse(b"let f = fn() -> () {\nlet x = a;\n(x)\n}", F)
+    assert got.functions[0].body[0].value == N("a", 9)
+
+
+# -- syntax errors are KinaErrors with a location (the full corpus is tests/errors/) -------
+
+@pytest.mark.parametrize("text,line,col", [
+    ("let f = fn() -> () {\nlet x = a @ @ b;\n(x)\n}", 2, 13),
+    ("let f = fn() -> () {\nlet x = a\n(x)\n}", 2, 10),
+    ("let f = fn() -> () {\nlet x = a $ b;\n(x)\n}", 2, 11),
+    ("let f = fn() -> () {\n(x)\n", 2, 4),  # end of file: just after the last line
+])
+def test_syntax_errors_are_located(text, line, col):
+    with pytest.raises(KinaError) as info:
+        syntax.parse(text, F)
+    assert (info.value.loc.file, info.value.loc.line, info.value.loc.col) == (F, line, col)
+    assert info.value.render().startswith(f"{F}:{line}:{col}: error: ")
