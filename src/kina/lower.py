@@ -4,10 +4,12 @@ In:  an `ast.Program` returned by `check.check` (every expression typed).
 Out: an `mlir.ir.Module`, built with the MLIR Python bindings' builders.
 
 Guarantees:
-  * one `func.func` per Kina function, with `llvm.emit_c_interface`;
-  * concat is `tensor.empty` + one `tensor.insert_slice` per operand, the slice
-    filled by a `linalg.copy` (so bufferization writes it in place and the copy
-    lowers to loops, not to the `memrefCopy` runtime call); never `tensor.concat`;
+  * one `func.func` per Kina function, with `llvm.emit_c_interface`, in
+    destination-passing style: parameters then one out-buffer per result, each a
+    memref with unit innermost stride and any outer strides (see `memref_type`);
+    the body works on tensors between `to_tensor` and `materialize_in_destination`;
+  * concat is `tensor.empty` (or the result's out-buffer) + one
+    `tensor.insert_slice` per operand; never `tensor.concat`;
   * matmul is a `linalg.generic` over (batch..., i, k, j): the innermost loop runs
     along j, unit stride in both the rhs and the result;
   * `*`/`+` with `broadcast` are `linalg.generic`s whose broadcast operand maps
@@ -20,13 +22,14 @@ Guarantees:
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, math, tensor
+from mlir.dialects import arith, bufferization, func, linalg, math, tensor
 
 from . import ast
 from .diagnostics import KinaError
 from .types import DTYPES, Dim, TensorType
 
 DYN = ir.ShapedType.get_dynamic_size()
+DYN_STRIDE = ir.ShapedType.get_dynamic_stride_or_offset()
 
 
 def lower(program: ast.Program, context: ir.Context | None = None) -> ir.Module:
@@ -66,6 +69,39 @@ def tensor_type(t: TensorType) -> ir.RankedTensorType:
     return ir.RankedTensorType.get([d.const if d.is_static else DYN for d in t.dims], element_type(t.dtype))
 
 
+def memref_type(t: TensorType) -> ir.MemRefType:
+    """The boundary type: any outer strides and offset, unit innermost stride.
+
+    So the caller can pass views (a cache's filled prefix, a slice) without a copy,
+    while the innermost loops still see unit stride and vectorise.
+    """
+    strides = [DYN_STRIDE] * (t.rank - 1) + [1] if t.rank else []
+    layout = ir.StridedLayoutAttr.get(DYN_STRIDE, strides)
+    return ir.MemRefType.get([d.const if d.is_static else DYN for d in t.dims], element_type(t.dtype), layout)
+
+
+def copies_to_linalg(module: ir.Module) -> int:
+    """After bufferization: rewrite every `memref.copy` as a `linalg.copy`.
+
+    A copy into a strided subview (what concat's insert_slice becomes) would
+    otherwise lower to a call to `memrefCopy` from MLIR's C runner library; as a
+    linalg op it lowers to plain loops that LLVM vectorises. Returns the count.
+    """
+    copies = []
+
+    def visit(op):
+        if op.name == "memref.copy":
+            copies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in copies:
+        with ir.InsertionPoint(op), op.location:
+            linalg.copy(op.operands[0], outs=[op.operands[1]])
+        op.erase()
+    return len(copies)
+
+
 def _affine_dims(n: int) -> list:
     return [ir.AffineDimExpr.get(i) for i in range(n)]
 
@@ -82,25 +118,43 @@ class _FunctionLowering:
         self.dim_cache: dict[Dim, ir.Value] = {}
 
     def run(self) -> None:
+        """Destination-passing at the boundary: `fn(in_0, ..., in_n, out_0, ..., out_m)`.
+
+        Each parameter is a strided buffer read through `bufferization.to_tensor`;
+        each result is materialized into the caller's buffer, so the caller owns
+        every result and nothing computed here escapes or leaks.
+        """
         sig = self.fn.sig
         with _loc(self.fn.loc):
-            ftype = ir.FunctionType.get([tensor_type(t) for _, t in sig.params],
-                                        [tensor_type(t) for t in sig.results])
+            ftype = ir.FunctionType.get([memref_type(t) for _, t in sig.params] + [memref_type(t) for t in sig.results], [])
             op = func.FuncOp(self.fn.name, ftype)
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
             block = op.add_entry_block()
         with ir.InsertionPoint(block):
             for (name, t), p, arg in zip(sig.params, self.fn.params, block.arguments):
-                self.values[name] = arg
+                with _loc(p.loc):
+                    value = bufferization.ToTensorOp(tensor_type(t), arg, restrict=True).result
+                self.values[name] = value
                 for axis, d in enumerate(t.dims):
                     if d.symbol and d.symbol not in self.symbols:
                         with _loc(p.loc):
-                            self.symbols[d.symbol] = tensor.DimOp(arg, self._index(axis)).result
+                            self.symbols[d.symbol] = tensor.DimOp(value, self._index(axis)).result
+            outs = block.arguments[len(sig.params):]
+            # A result computed by a let is written straight into its out-buffer: its
+            # op's destination is that buffer, so no temporary and no copy.
+            self.dest: dict[str, ir.Value] = {}
+            for r, t, out in zip(self.fn.results, sig.results, outs):
+                if isinstance(r, ast.Name) and r.id not in self.dest and r.id not in self.values:
+                    with _loc(r.loc):
+                        self.dest[r.id] = bufferization.ToTensorOp(tensor_type(t), out, restrict=True, writable=True).result
             for let in self.fn.body:
-                self.values[let.name] = self.expr(let.value)
-            results = [self.expr(r) for r in self.fn.results]
-            with _loc(self.fn.results[-1].loc if self.fn.results else self.fn.loc):
-                func.ReturnOp(results)
+                self.values[let.name] = self.expr(let.value, self.dest.get(let.name))
+            for r, out in zip(self.fn.results, outs):
+                value = self.expr(r)
+                with _loc(r.loc):
+                    bufferization.MaterializeInDestinationOp(None, value, out, restrict=True, writable=True)
+            with _loc(self.fn.loc):
+                func.ReturnOp([])
 
     # -- helpers -------------------------------------------------------------
     def _index(self, value: int) -> ir.Value:
@@ -145,37 +199,37 @@ class _FunctionLowering:
         return op.result
 
     # -- expressions ---------------------------------------------------------
-    def expr(self, e: ast.Expr) -> ir.Value:
+    def expr(self, e: ast.Expr, dest: ir.Value | None = None) -> ir.Value:
+        """Lower `e`; its final op writes into `dest` when given, else into a new tensor."""
         if isinstance(e, ast.Name):
             return self.values[e.id]
         with _loc(e.loc):
+            out = dest if dest is not None else self.empty(e.type)
             if isinstance(e, ast.Concat):
-                return self.concat(e)
+                return self.concat(e, out)
             if isinstance(e, ast.MatMul):
-                return self.matmul(e)
+                return self.matmul(e, out)
             if isinstance(e, ast.ELEMENTWISE):
-                return self.elementwise(e)
+                return self.elementwise(e, out)
             if isinstance(e, ast.Softmax):
-                return self.softmax(e)
+                return self.softmax(e, out)
         raise AssertionError(f"cannot lower {e!r}")
 
-    def concat(self, e: ast.Concat) -> ir.Value:
-        out = self.empty(e.type)
+    def concat(self, e: ast.Concat, out: ir.Value) -> ir.Value:
+        # One insert_slice per operand into the destination. Bufferization turns each
+        # into a copy into a subview of the destination buffer; `copies_to_linalg`
+        # then makes those copies loops rather than calls to the memrefCopy runtime.
         offset = Dim()
         for operand in (e.lhs, e.rhs):
             src = self.expr(operand)
             offsets = [self.size(offset) if i == e.axis else 0 for i in range(e.type.rank)]
-            sizes = [self.size(d) for d in operand.type.dims]
             dyn_off, st_off = self._mixed(offsets)
-            dyn_size, st_size = self._mixed(sizes)
-            ones = [1] * e.type.rank
-            slot = tensor.ExtractSliceOp(src.type, out, dyn_off, dyn_size, [], st_off, st_size, ones).result
-            copied = linalg.copy(src, outs=[slot])
-            out = tensor.InsertSliceOp(copied, out, dyn_off, dyn_size, [], st_off, st_size, ones).result
+            dyn_size, st_size = self._mixed([self.size(d) for d in operand.type.dims])
+            out = tensor.InsertSliceOp(src, out, dyn_off, dyn_size, [], st_off, st_size, [1] * e.type.rank).result
             offset = offset + operand.type.dims[e.axis]
         return out
 
-    def matmul(self, e: ast.MatMul) -> ir.Value:
+    def matmul(self, e: ast.MatMul, out: ir.Value) -> ir.Value:
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         nb = e.type.rank - 2
         n = nb + 3  # iteration domain: batch..., i, k, j
@@ -183,10 +237,11 @@ class _FunctionLowering:
         b, i, k, j = d[:nb], d[nb], d[nb + 1], d[nb + 2]
         maps = [_map(n, [*b, i, k]), _map(n, [*b, k, j]), _map(n, [*b, i, j])]
         iterators = ["parallel"] * nb + ["parallel", "reduction", "parallel"]
-        return self.generic([lhs, rhs], self.fill(e.type, 0.0), maps, iterators,
+        zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
+        return self.generic([lhs, rhs], linalg.fill(zero, outs=[out]), maps, iterators,
                             lambda x, y, acc: arith.AddFOp(acc, arith.MulFOp(x, y).result).result)
 
-    def elementwise(self, e: ast.Mul | ast.Add) -> ir.Value:
+    def elementwise(self, e: ast.Mul | ast.Add, out: ir.Value) -> ir.Value:
         t, n = e.type, e.type.rank
         inputs, maps = [], []
         for operand in (e.lhs, e.rhs):
@@ -203,9 +258,9 @@ class _FunctionLowering:
             op = arith.MulFOp if isinstance(e, ast.Mul) else arith.AddFOp
         else:
             op = arith.MulIOp if isinstance(e, ast.Mul) else arith.AddIOp
-        return self.generic(inputs, self.empty(t), maps, ["parallel"] * n, lambda x, y, _: op(x, y).result)
+        return self.generic(inputs, out, maps, ["parallel"] * n, lambda x, y, _: op(x, y).result)
 
-    def softmax(self, e: ast.Softmax) -> ir.Value:
+    def softmax(self, e: ast.Softmax, out: ir.Value) -> ir.Value:
         x = self.expr(e.operand)
         t, n, axis = e.type, e.type.rank, e.axis
         reduced = TensorType(t.dtype, t.dims[:axis] + t.dims[axis + 1:], t.placement)
@@ -218,5 +273,5 @@ class _FunctionLowering:
                           lambda v, m, _: math.ExpOp(arith.SubFOp(v, m).result).result)
         sm = self.generic([ex], self.fill(reduced, 0.0), [full, proj], reduce_its,
                           lambda v, acc: arith.AddFOp(v, acc).result)
-        return self.generic([ex, sm], self.empty(t), [full, proj, full], par,
+        return self.generic([ex, sm], out, [full, proj, full], par,
                             lambda v, s, _: arith.DivFOp(v, s).result)

@@ -29,12 +29,15 @@ from typing import Any, Callable
 from . import __version__, ast, check as _check, syntax, toolchain
 from .diagnostics import InternalError, KinaError
 
-# One-shot bufferization with results turned into caller-owned out-params (static
-# and dynamic alike, so the runtime allocates every result with NumPy), then
-# deallocation of every temporary, then the standard lowering to the LLVM dialect.
-PASS_PIPELINE = ",".join([
-    "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
-    "buffer-results-to-out-params{modify-public-functions hoist-static-allocs hoist-dynamic-allocs}",
+# Results already go to caller-owned buffers (lower.py emits destination-passing
+# style), so: let each result be computed straight into its destination, bufferize,
+# deallocate every temporary, then the standard lowering to the LLVM dialect.
+BUFFERIZE = ",".join([
+    "eliminate-empty-tensors",
+    "one-shot-bufferize",
+])
+# between the two: lower.copies_to_linalg (memref.copy -> linalg.copy)
+TO_LLVM = ",".join([
     "canonicalize",
     "buffer-deallocation-pipeline",
     "convert-bufferization-to-memref",
@@ -50,6 +53,7 @@ PASS_PIPELINE = ",".join([
     "convert-cf-to-llvm",
     "reconcile-unrealized-casts",
 ])
+PASS_PIPELINE = f"{BUFFERIZE},{TO_LLVM}"  # as one mlir-opt run, less the copy rewrite
 
 
 @dataclass(frozen=True)
@@ -101,16 +105,20 @@ def _stage_mlir(b: Build) -> None:
 def _stage_lowered(b: Build) -> None:
     from mlir import ir
     from mlir.passmanager import PassManager
-    before = b.module.operation.get_asm(enable_debug_info=True)
-    with b.module.context:
-        pm = PassManager.parse(f"builtin.module({PASS_PIPELINE})")
-        if b.options.print_ir_after_all:
-            pm.enable_ir_printing()
-        try:
-            pm.run(b.module.operation)
-        except ir.MLIRError as e:
-            raise InternalError(f"the pass pipeline failed on the generated MLIR:\n{e}",
-                                _reproducer(b, before, PASS_PIPELINE)) from None
+    from .lower import copies_to_linalg
+    for i, pipeline in enumerate((BUFFERIZE, TO_LLVM)):
+        if i:
+            copies_to_linalg(b.module)
+        before = b.module.operation.get_asm(enable_debug_info=True)
+        with b.module.context:
+            pm = PassManager.parse(f"builtin.module({pipeline})")
+            if b.options.print_ir_after_all:
+                pm.enable_ir_printing()
+            try:
+                pm.run(b.module.operation)
+            except ir.MLIRError as e:
+                raise InternalError(f"the pass pipeline failed on the generated MLIR:\n{e}",
+                                    _reproducer(b, before, pipeline)) from None
 
 
 def _stage_llvm(b: Build) -> None:

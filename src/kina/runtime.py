@@ -7,8 +7,9 @@ Out: a `Module` whose attributes are callable `Function`s: arrays in, a tuple of
 Guarantees: before every call the arguments are checked against the signature
 (count, type, dtype, rank, shape, and that every symbolic dim binds to one
 value); a mismatch is a TypeError or ValueError naming the parameter, never a
-crash. Inputs are never modified; non-contiguous or unaligned inputs are copied
-to contiguous ones first. Results, whatever their size, are allocated here with
+crash. Inputs are never modified. Views are passed as they are (the compiled
+code takes any outer strides); only an array whose innermost stride is not one
+element, or that is misaligned, is copied first. Results, whatever their size, are allocated here with
 NumPy and filled by the callee (out-params), so NumPy owns and frees them.
 This module imports neither `mlir` nor `lark`.
 
@@ -44,12 +45,20 @@ def _descriptor(rank: int) -> type:
     return _DESCRIPTORS[rank]
 
 
+def passable(a: np.ndarray) -> bool:
+    """Can `a` be passed as it is? The compiled code takes any outer strides (in whole
+    elements) but assumes the innermost one is 1, so that its inner loops vectorise."""
+    if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
+        return False
+    return a.ndim == 0 or a.shape[-1] <= 1 or a.strides[-1] == a.itemsize
+
+
 def _describe(a: np.ndarray):
     d = _descriptor(a.ndim)()
     d.allocated = d.aligned = a.ctypes.data
     d.offset = 0
     d.sizes[:] = a.shape
-    d.strides[:] = [s // a.itemsize for s in a.strides] if a.size else [0] * a.ndim
+    d.strides[:] = [s // a.itemsize for s in a.strides[:-1]] + [1] if a.ndim else []
     return d
 
 
@@ -86,7 +95,7 @@ def bind(sig: Signature, args: tuple) -> tuple[list[np.ndarray], dict[str, int]]
                     raise ValueError(f"{name}(): dim {d.symbol} is {env[d.symbol]} from {where[d.symbol]} "
                                      f"but {n} from {pname} (dim {axis})")
                 env[d.symbol], where[d.symbol] = n, pname
-        arrays.append(np.require(a, requirements=["C_CONTIGUOUS", "ALIGNED"]))
+        arrays.append(a if passable(a) else np.ascontiguousarray(a))
     for (pname, t), a in zip(sig.params, arrays):  # compound dims like S+1 in a parameter
         for axis, (d, n) in enumerate(zip(t.dims, a.shape)):
             if not d.is_static and not d.symbol and d.evaluate(env) != n:
@@ -119,9 +128,16 @@ class Function:
         return tuple(outs)
 
     def call_into(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        """The raw call: `arrays` already checked by `bind`, `outs` C-contiguous, of the result shapes."""
+        """The raw call, writing the results into `outs`.
+
+        `arrays` must come from `bind`; `outs` must have the result shapes and dtypes,
+        be writable and `passable` (views are fine), and must not overlap the inputs.
+        """
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
+        for i, o in enumerate(outs):
+            if not (isinstance(o, np.ndarray) and o.flags.writeable and passable(o)):
+                raise ValueError(f"{self.__name__}(): out {i} must be a writable array with unit innermost stride")
         descs = [_describe(a) for a in (*arrays, *outs)]
         self._cfunc(*[ctypes.byref(d) for d in descs])
 
