@@ -222,6 +222,8 @@ class _FunctionLowering:
         offset = Dim()
         for operand in (e.lhs, e.rhs):
             src = self.expr(operand)
+            if any(d == Dim(0) for d in operand.type.dims):
+                continue  # an empty operand adds nothing (and a 0-sized slice would not verify)
             offsets = [self.size(offset) if i == e.axis else 0 for i in range(e.type.rank)]
             dyn_off, st_off = self._mixed(offsets)
             dyn_size, st_size = self._mixed([self.size(d) for d in operand.type.dims])

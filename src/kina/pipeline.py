@@ -97,9 +97,14 @@ def _stage_typed(b: Build) -> None:
 def _stage_mlir(b: Build) -> None:
     from . import lower
     lower.require_host(b.program)
+    from mlir import ir
     b.module = lower.lower(b.program)
-    if not b.module.operation.verify():
-        raise InternalError("the generated MLIR does not verify", _reproducer(b, str(b.module), ""))
+    try:
+        b.module.operation.verify()
+    except ir.MLIRError as e:
+        raise InternalError(f"the generated MLIR does not verify:\n{e}",
+                            _reproducer(b, b.module.operation.get_asm(enable_debug_info=True, assume_verified=True), "")
+                            ) from None
 
 
 def _stage_lowered(b: Build) -> None:
