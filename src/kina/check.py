@@ -54,19 +54,33 @@ def _check(program: ast.Program) -> ast.Program:
 def resolve_type(ann: ast.TypeAnn) -> TensorType:
     """Validate a written type: known dtype and placement, sizes that fit in memory."""
     if ann.dtype not in DTYPES:
+        hint = f" (did you mean {ann.dtype.upper()}?)" if ann.dtype.upper() in DTYPES else ""
         raise KinaError(ann.dtype_loc or ann.loc,
-                        f"unknown dtype '{ann.dtype}': expected one of {', '.join(DTYPES)}")
+                        f"unknown dtype '{ann.dtype}': expected one of {', '.join(DTYPES)}{hint}")
     if ann.placement not in PLACEMENTS:
         raise KinaError(ann.placement_loc or ann.loc,
                         f"unknown placement '@{ann.placement}': expected @host or @device")
     ty = TensorType(ann.dtype, ann.dims, ann.placement)
-    elements, itemsize = 1, (2 if ann.dtype in ("F16", "BF16") else 4 if ann.dtype in ("F32", "I32") else 8)
-    for d in ann.dims:
+    _check_size(ty, ann.loc)
+    return ty
+
+
+def _check_size(ty: TensorType, loc: Loc) -> None:
+    """Refuse a tensor that could never be allocated, before MLIR (int64 sizes) or NumPy sees it.
+
+    Each dim's constant part is bounded on its own too, so a 0 elsewhere in the
+    shape cannot hide a dim that overflows int64."""
+    itemsize = 2 if ty.dtype in ("F16", "BF16") else 4 if ty.dtype in ("F32", "I32") else 8
+    limit = f"more than the {MAX_TENSOR_BYTES >> 30} GiB Kina allows for one tensor"
+    elements = 1
+    for i, d in enumerate(ty.dims):
+        if d.const * itemsize > MAX_TENSOR_BYTES:
+            raise KinaError(loc, f"dim {i} of tensor {ty.shape_str()} is too large for memory: "
+                                 f"{d.const} {ty.dtype} elements need {d.const * itemsize} bytes, {limit}")
         elements *= d.const if d.is_static else 1
     if elements * itemsize > MAX_TENSOR_BYTES:
-        raise KinaError(ann.loc, f"tensor {ty.shape_str()} of {ann.dtype} needs {elements * itemsize} bytes, "
-                                 f"more than the {MAX_TENSOR_BYTES >> 30} GiB Kina allows for one tensor")
-    return ty
+        what = "needs" if ty.is_static else "needs at least"
+        raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {elements * itemsize} bytes, {limit}")
 
 
 def _shape(t: TensorType) -> str:
@@ -89,6 +103,8 @@ class _FunctionChecker:
             self.env[p.name] = (ty, p.loc)
             params.append((p.name, ty))
         self._check_dim_names(params)
+        declared = tuple(resolve_type(t) for t in fn.result_types)
+        self._check_result_dims(declared)
         body = []
         for let in fn.body:
             if let.name in self.env:
@@ -99,7 +115,6 @@ class _FunctionChecker:
             self.env[let.name] = (value.type, let.loc)
             body.append(dataclasses.replace(let, value=value))
         results = tuple(self.expr(r) for r in fn.results)
-        declared = tuple(resolve_type(t) for t in fn.result_types)
         if len(results) != len(declared):
             raise KinaError(fn.results[0].loc if fn.results else fn.loc,
                             f"function '{fn.name}' declares {len(declared)} result(s) but returns {len(results)}",
@@ -108,7 +123,6 @@ class _FunctionChecker:
             if got.type != want:
                 raise KinaError(got.loc, f"result {i} has type {got.type} but the function declares {want}",
                                 [(ann.loc, "declared here")])
-        self._check_result_dims(declared)
         sig = Signature(fn.name, tuple(params), declared)
         return dataclasses.replace(fn, body=tuple(body), results=results, sig=sig)
 
@@ -133,7 +147,9 @@ class _FunctionChecker:
     def expr(self, e: ast.Expr) -> ast.Expr:
         if isinstance(e, ast.Name):
             if e.id not in self.env:
-                raise KinaError(e.loc, f"undefined name '{e.id}'")
+                later = [(let.loc, f"'{e.id}' is defined here, after its use") for let in self.fn.body
+                         if let.name == e.id]
+                raise KinaError(e.loc, f"undefined name '{e.id}'", later[:1])
             return dataclasses.replace(e, type=self.env[e.id][0])
         if isinstance(e, ast.Broadcast):
             raise KinaError(e.loc, "broadcast(...) may only appear as an operand of '*' or '+'")
@@ -169,6 +185,9 @@ class _FunctionChecker:
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         a, b = lhs.type, rhs.type
         self._same_kind(e, "concat", a, b)
+        if a.rank == 0:
+            raise KinaError(e.loc, "concat: operands have rank 0, so there is no axis to concatenate along",
+                            self._notes(("lhs", e.lhs), ("rhs", e.rhs)))
         if not 0 <= e.axis < a.rank:
             raise KinaError(e.loc, f"concat: axis {e.axis} is out of range for rank {a.rank} (expected 0 to {a.rank - 1})")
         for i, (x, y) in enumerate(zip(a.dims, b.dims)):
@@ -176,7 +195,9 @@ class _FunctionChecker:
                 raise KinaError(e.loc, f"concat: dim {i} differs: lhs {_shape(a)} has {x}, rhs {_shape(b)} has {y} "
                                        f"(only the axis {e.axis} dim may differ)", self._notes(("lhs", e.lhs), ("rhs", e.rhs)))
         dims = tuple(x + y if i == e.axis else x for i, (x, y) in enumerate(zip(a.dims, b.dims)))
-        return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=TensorType(a.dtype, dims, a.placement))
+        ty = TensorType(a.dtype, dims, a.placement)
+        _check_size(ty, e.loc)  # concat is the one operation that grows a tensor
+        return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=ty)
 
     def matmul(self, e: ast.MatMul) -> ast.Expr:
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)

@@ -9,10 +9,11 @@ Nesting deeper than `MAX_DEPTH` is refused up front, so recursion stays bounded.
 """
 from __future__ import annotations
 
+import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import ast
@@ -33,6 +34,7 @@ def parse(source: str | bytes, filename: str = "<string>") -> ast.Program:
     _check_depth(text, filename)
     try:
         tree = _parser().parse(text)
+        _check_tree_depth(tree, filename, text)
         functions = _ToAst(filename).transform(tree)
     except UnexpectedInput as e:
         raise _syntax_error(e, text, filename).with_source(text) from None
@@ -84,7 +86,24 @@ def _check_depth(text: str, filename: str) -> None:
             depth = max(0, depth - 1)
 
 
-_TOKEN_NAMES = {"NAME": "a name", "INT": "an integer", "$END": "end of file"}
+def _check_tree_depth(tree: Tree, filename: str, text: str) -> None:
+    """Refuse operator chains like `a + a + ... + a` whose tree is too deep to walk recursively.
+
+    The LALR parser itself is iterative, so this walk (with its own stack) runs
+    before anything recursive sees the tree, and points at the deepest expression.
+    """
+    stack = [(tree, 0, tree)]
+    while stack:
+        node, depth, top = stack.pop()
+        if depth > MAX_DEPTH:  # point at the whole expression that is too deep
+            raise KinaError(_loc(filename, top.meta), f"expression nested more than {MAX_DEPTH} deep; "
+                                                      "split it into several let bindings", source=text)
+        for child in node.children:
+            if isinstance(child, Tree):
+                stack.append((child, depth + 1, child if node.data in ("let", "results") else top))
+
+
+_TOKEN_NAMES = {"NAME": "a name", "INT": "an integer", "$END": "end of file", "AXIS": "'axis=N'"}
 
 
 def _describe_terminal(name: str) -> str:
@@ -106,11 +125,17 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
     line, col = getattr(e, "line", -1), getattr(e, "column", -1)
     if isinstance(e, UnexpectedCharacters):
         ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else "?"
-        return KinaError(Loc(filename, line, col), f"unexpected character {ch!r}")
+        shown = repr(ch) if ch.isascii() and ch.isprintable() else f"U+{ord(ch):04X} ({unicodedata.name(ch, 'unnamed')})"
+        return KinaError(Loc(filename, line, col), f"unexpected character {shown}{_expected(e.allowed, ', expected ')}")
     expected = set(getattr(e, "expected", ()) or ())
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
-        lines = text.splitlines() or [""]
-        line, col = len(lines), len(lines[-1]) + 1
+        # Lark's $END token borrows the position of the last real token: point just past it.
+        tok = getattr(e, "token", None)
+        if tok is not None and getattr(tok, "end_line", None):
+            line, col = tok.end_line, tok.end_column
+        else:
+            lines = text.splitlines() or [""]
+            line, col = len(lines), len(lines[-1]) + 1
         found = "end of file"
     else:
         found = _describe_token(e.token)
@@ -119,24 +144,32 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
         if isinstance(e, UnexpectedToken) and e.token.type != "$END":
             loc = _just_after_previous_token(text, e.token.start_pos, filename)
         return KinaError(loc, f"expected ';' after let binding, found {found}")
-    if "RBRACE" in expected and "LET" in expected:
+    if "LET" in expected and ("RBRACE" in expected or "LPAR" in expected):
         return KinaError(loc, f"expected a let binding or the result tuple '(...)', found {found}")
-    names = sorted(_describe_terminal(t) for t in expected)
-    if not names:
-        return KinaError(loc, f"unexpected {found}")
-    if len(names) > 6:
-        return KinaError(loc, f"unexpected {found}")
-    want = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-    return KinaError(loc, f"expected {want}, found {found}")
+    if expected == {"LPAR", "NAME"}:  # where an operand must start
+        return KinaError(loc, f"expected an expression (a name, '(...)', concat, softmax or broadcast), "
+                              f"found {found}")
+    if expected == {"COMMA", "PLUS"}:  # only after softmax's operand: a results tuple would allow ')'
+        return KinaError(loc, f"expected ', axis=N' after the softmax operand, found {found}")
+    want = _expected(expected, "expected ")
+    return KinaError(loc, f"{want}, found {found}" if want else f"unexpected {found}")
+
+
+def _expected(terminals, prefix: str) -> str:
+    """`prefix` + "A, B or C" for a short set of terminals; "" when the set is empty or too long to help."""
+    names = sorted(_describe_terminal(t) for t in terminals or ())
+    if not names or len(names) > 6:
+        return ""
+    return prefix + (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1])
 
 
 def _just_after_previous_token(text: str, pos: int, filename: str) -> Loc:
-    """Where a missing ';' belongs: right after the last non-blank character before `pos`."""
-    while pos > 0 and text[pos - 1].isspace():
-        pos -= 1
-    line = text.count("\n", 0, pos) + 1
-    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
-    return Loc(filename, line, col)
+    """Where a missing ';' belongs: right after the last code (not blank, not comment) before `pos`."""
+    lines = text[:pos].split("\n")
+    while len(lines) > 1 and not lines[-1].split("//")[0].strip():
+        lines.pop()
+    code = lines[-1].split("//")[0].rstrip()
+    return Loc(filename, len(lines), len(code) + 1)
 
 
 def _loc(filename: str, meta) -> Loc:
