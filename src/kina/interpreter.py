@@ -64,10 +64,11 @@ class Interpreted:
         def call(*args):
             arrays, env = bind(fn.sig, args)
             values = dict(zip((p.name for p in fn.params), arrays))
-            for let in fn.body:
-                values[let.name] = _eval(let.value, values)
-            return tuple(np.array(_eval(r, values), dtype=numpy_dtype(t.dtype)).reshape(shape)
-                         for r, t, shape in zip(fn.results, fn.sig.results, result_shapes(fn.sig, env)))
+            with np.errstate(all="ignore"):  # NaN and Inf are values here, as in compiled code: no warnings
+                for let in fn.body:
+                    values[let.name] = _eval(let.value, values)
+                return tuple(np.array(_eval(r, values), dtype=numpy_dtype(t.dtype)).reshape(shape)
+                             for r, t, shape in zip(fn.results, fn.sig.results, result_shapes(fn.sig, env)))
         call.__name__ = name
         return call
 
