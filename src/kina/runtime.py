@@ -48,6 +48,8 @@ def _descriptor(rank: int) -> type:
 def passable(a: np.ndarray) -> bool:
     """Can `a` be passed as it is? The compiled code takes any outer strides (in whole
     elements) but assumes the innermost one is 1, so that its inner loops vectorise."""
+    if a.size == 0:  # nothing is read or written; NumPy gives empty arrays stride 0
+        return True
     if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
         return False
     return a.ndim == 0 or a.shape[-1] <= 1 or a.strides[-1] == a.itemsize
