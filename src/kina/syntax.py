@@ -126,6 +126,9 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
     if isinstance(e, UnexpectedCharacters):
         ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else "?"
         shown = repr(ch) if ch.isascii() and ch.isprintable() else f"U+{ord(ch):04X} ({unicodedata.name(ch, 'unnamed')})"
+        if {"PLUS", "STAR", "AT"} <= set(e.allowed) and ch.isascii() and not ch.isalnum():  # after an operand
+            return KinaError(Loc(filename, line, col), f"unexpected character {shown}: the operators are "
+                                                       "'+', '*' and '@' (there is no '-' or '/')")
         return KinaError(Loc(filename, line, col), f"unexpected character {shown}{_expected(e.allowed, ', expected ')}")
     expected = set(getattr(e, "expected", ()) or ())
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
