@@ -1,0 +1,658 @@
+#!/usr/bin/env python3
+"""Benchmark the Section 19 decode step (issue 6): Kina against NumPy and PyTorch, and the bandwidth floor.
+
+Run it (from the repo root; the `env -u` matters, see below):
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_kv_step.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_kv_step.py --quick
+    ... scripts/bench_kv_step.py --shapes 32x128 --s-past 2047,8191 --repeats 21 --json build/b.json
+
+Some machines here set OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, which force an older, slower
+OpenBLAS kernel under NumPy; unset both together, for this command only (never in tests or
+CI). The run records which OpenBLAS core NumPy ended up with, and warns if either is set.
+The full run takes about a minute and needs about 3 GiB of memory; `--quick` about 20 s.
+
+What runs, in one process, interleaved (each repeat visits every variant, in a rotating order):
+  kina functional    examples/storylm0_kv_step_dyn.kina (symbolic dims, one .so for every S),
+                     compiled by kina.compile_file (with KINA_NO_CACHE=1, so the current compiler
+                     is what gets measured) and called through Function.call_into with
+                     preallocated results: the kernel, with the same buffers NumPy gets.
+  kina fn() API      the same .so through the public call `mod.kv_step(...)`: argument checks
+                     and fresh result arrays (page faults included) on every call. Information only.
+  numpy              np.concatenate and np.matmul with out=, a stable softmax, into preallocated buffers.
+  torch 1T / 2T      PyTorch eager with out= (torch.cat, torch.matmul, aten._softmax.out) on the same
+                     memory (torch.from_numpy), with torch.set_num_threads(1) and (2). If torch imports.
+                     After each 2-thread sample (not timed) torch goes back to one thread and the run
+                     sleeps 20 ms: libgomp's idle worker spins for milliseconds, which would otherwise
+                     steal the second core from whatever runs next on this 2-core machine.
+  kina in place      kina.decode.KVCache(B, H, Dh, T_max).step(q, k_new, v_new, float scale), after
+                     crop(S_past) (not timed) so every call appends at position S_past. If it exists.
+  numpy in place     append k_new/v_new into preallocated [B,H,Dh,T_max] / [B,H,T_max,Dh] buffers,
+                     then attend over the filled prefix (strided views), results into scratch.
+NumPy's OpenBLAS is set to one thread, and Kina's code is single-threaded.
+
+Inputs rotate across independent sets: enough sets that their total size is at least
+--working-set-mib (default 8x the last-level cache) and never fewer than two, with one counter
+per pool shared by the variants that use it, so no call finds its data left in cache by the
+previous one. Short calls are timed in batches over consecutive sets (~0.5 ms a sample).
+
+Bandwidth, measured in the same run (one thread, 256 MiB arrays, at the start, between sizes
+and at the end; the best pass counts, since noise only slows a pass down): read = bytes / time of the faster of np.sum(a) and np.dot(first half, second half)
+(one read stream, or two); copy = bytes copied / time of np.copyto(b, a)
+(glibc memcpy, which streams large copies with non-temporal stores). The floor model: a step
+that reads R bytes and writes W <= R bytes costs at least
+    t_floor = R / read_bw + W * (1 / copy_bw - 1 / read_bw)
+i.e. every written byte rides with a read byte as a copy, and the remaining reads cost a read.
+  functional: R = K_past + V_past + q + k_new + v_new + scale, W = K_next + V_next + context;
+              the floor is about (K+V) / copy_bw.
+  in place:   R = the filled K and V prefix (S_past+1 positions) + q + k_new + v_new,
+              W = the new position + context; the floor is about (K+V) / read_bw.
+
+Compile time, in-process through kina.pipeline.build_so on examples/storylm0_kv_step.kina:
+cold = KINA_NO_CACHE=1 (median of --compile-repeats, after one untimed build that pays the
+one-time imports, which is reported as "first"); warm = a cache hit in a fresh KINA_CACHE_DIR.
+
+Targets (issue 6), checked for caches (K+V of S_past+1 positions) of 4 MiB and up, printed as
+PASS/FAIL: functional <= 0.6x NumPy and <= 1.5x its floor; in place <= 0.75x NumPy in place and
+<= 1.3x its floor; kina functional faster than torch 1T and 2T; cold compile <= 300 ms.
+The JSON (--json, default build/bench_kv_step.json) has every figure, the samples and the checks.
+The exit status is 0 whether or not the targets pass: this measures, it does not gate.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import glob
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import kina
+from kina.runtime import bind
+
+ROOT = Path(__file__).resolve().parent.parent
+DYN_EXAMPLE = ROOT / "examples" / "storylm0_kv_step_dyn.kina"
+STATIC_EXAMPLE = ROOT / "examples" / "storylm0_kv_step.kina"
+MIB = 1 << 20
+F32 = 4
+TARGET_MIN_CACHE = 4 * MIB
+T_MAX_SLACK = 256  # unused positions past the in-place fill, so the filled prefix is a strided view
+
+
+# -- the machine -------------------------------------------------------------------
+
+def llc_bytes() -> int:
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        return int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]]
+    except (OSError, ValueError, KeyError):
+        return 32 * MIB
+
+
+def openblas() -> tuple[str, Callable[[int], None] | None]:
+    """NumPy's OpenBLAS core name and a function that sets its thread count (or None)."""
+    for lib_path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*.so*")):
+        lib = ctypes.CDLL(lib_path)  # already loaded by numpy: this returns the same handle
+        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "")):
+            get = getattr(lib, f"{prefix}_get_corename{suffix}", None)
+            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+            if get is not None and put is not None:
+                get.restype = ctypes.c_char_p
+                put.argtypes = [ctypes.c_int]
+                return get().decode(), put
+    return "unknown", None
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def measure_bandwidth(repeats: int, nbytes: int = 256 * MIB) -> dict[str, list[float]]:
+    """Read (np.sum) and copy (np.copyto) bandwidth in bytes/s, one sample per pass."""
+    a = np.ones(nbytes // F32, np.float32)
+    b = np.zeros_like(a)
+    b.fill(1.0)  # fault the pages in
+    lo, hi = a[:a.size // 2], a[a.size // 2:]
+    out: dict[str, list[float]] = {"read_sum": [], "read_dot": [], "copy": []}
+    for _ in range(repeats):
+        for key, f in (("read_sum", a.sum), ("read_dot", lambda: np.dot(lo, hi)), ("copy", lambda: np.copyto(b, a))):
+            t = time.perf_counter()
+            f()
+            out[key].append(nbytes / (time.perf_counter() - t))
+    return out
+
+
+def bandwidth(samples: dict[str, list[float]]) -> dict[str, float]:
+    """The best of all samples (noise only ever slows a pass down, so the best is the closest to
+    the machine's real figure); read is the faster of np.sum (one stream) and np.dot (two)."""
+    best = {k: max(v) for k, v in samples.items()}
+    return {"read": max(best["read_sum"], best["read_dot"]), **best,
+            **{f"{k}_median": statistics.median(v) for k, v in samples.items()}}
+
+
+def add_samples(into: dict[str, list[float]], more: dict[str, list[float]]) -> None:
+    for k, v in more.items():
+        into.setdefault(k, []).extend(v)
+
+
+def floor_seconds(read_bytes: int, write_bytes: int, read_bw: float, copy_bw: float) -> float:
+    return read_bytes / read_bw + write_bytes * max(0.0, 1 / copy_bw - 1 / read_bw)
+
+
+# -- the step, in NumPy and PyTorch ------------------------------------------------
+
+def softmax_numpy(scores, m, s):
+    np.max(scores, axis=3, keepdims=True, out=m)
+    np.subtract(scores, m, out=scores)
+    np.exp(scores, out=scores)
+    np.sum(scores, axis=3, keepdims=True, out=s)
+    np.divide(scores, s, out=scores)
+
+
+def reference(q, k_past, k_new, v_past, v_new, scale):
+    """The step, plainly, for the correctness spot checks."""
+    k_next = np.concatenate([k_past, k_new], axis=3)
+    v_next = np.concatenate([v_past, v_new], axis=2)
+    scores = np.matmul(q, k_next) * scale
+    e = np.exp(scores - scores.max(axis=3, keepdims=True))
+    return k_next, v_next, np.matmul(e / e.sum(axis=3, keepdims=True), v_next)
+
+
+# -- inputs ------------------------------------------------------------------------
+
+@dataclass
+class Pool:
+    """Independent input sets, handed out round robin by one counter that its variants share."""
+
+    sets: list
+    nbytes_each: int
+    _next: int = 0
+
+    def take(self, n: int) -> list:
+        out = []
+        for _ in range(n):
+            out.append(self.sets[self._next % len(self.sets)])
+            self._next += 1
+        return out
+
+
+def n_sets_for(nbytes_each: int, working_set: int) -> int:
+    return max(2, math.ceil(working_set / nbytes_each))
+
+
+@dataclass
+class Size:
+    H: int
+    Dh: int
+    S: int
+    B: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"H={self.H} Dh={self.Dh} S_past={self.S}"
+
+    @property
+    def cache_bytes(self) -> int:  # K + V over S_past+1 positions: the cache the step attends over
+        return 2 * self.B * self.H * self.Dh * (self.S + 1) * F32
+
+
+@dataclass
+class Variant:
+    name: str
+    pool: Pool
+    run: Callable  # run(item) -> None, timed
+    prepare: Callable | None = None  # prepare(item), not timed
+    before: Callable | None = None  # once before each sample, not timed (e.g. thread count)
+    after: Callable | None = None  # once after each sample, not timed
+    ref: str = "numpy"  # the variant its ratio is taken against
+    floor: str = "functional"
+    samples: list[float] = field(default_factory=list)
+
+
+def make_functional_pool(z: Size, working_set: int, rng) -> Pool:
+    B, H, Dh, S = z.B, z.H, z.Dh, z.S
+    per_set = 2 * (2 * B * H * Dh * S + 2 * B * H * Dh) * F32  # inputs and results, roughly
+    sets = []
+    for _ in range(n_sets_for(per_set, working_set)):
+        d = {
+            "q": rng.standard_normal((B, H, 1, Dh), dtype=np.float32),
+            "k_past": rng.standard_normal((B, H, Dh, S), dtype=np.float32),
+            "k_new": rng.standard_normal((B, H, Dh, 1), dtype=np.float32),
+            "v_past": rng.standard_normal((B, H, S, Dh), dtype=np.float32),
+            "v_new": rng.standard_normal((B, H, 1, Dh), dtype=np.float32),
+            "scale": np.full((1, 1, 1, 1), 1 / math.sqrt(Dh), np.float32),
+            "scale_f": 1 / math.sqrt(Dh),
+            "k_next": np.empty((B, H, Dh, S + 1), np.float32),
+            "v_next": np.empty((B, H, S + 1, Dh), np.float32),
+            "context": np.empty((B, H, 1, Dh), np.float32),
+        }
+        for k in ("k_next", "v_next", "context"):
+            d[k].fill(0.0)  # fault the pages in before timing
+        d["args"] = [d[k] for k in ("q", "k_past", "k_new", "v_past", "v_new", "scale")]
+        d["outs"] = [d["k_next"], d["v_next"], d["context"]]
+        sets.append(d)
+    return Pool(sets, per_set)
+
+
+# -- the run -----------------------------------------------------------------------
+
+def build_variants(z: Size, args, fpool: Pool, rng, mod, torch, set_blas_threads, notes: list[str]) -> list[Variant]:
+    B, H, Dh, S = z.B, z.H, z.Dh, z.S
+    fn = mod.kv_step
+    variants: list[Variant] = []
+
+    # kina functional: checked once per set here, then the raw call in the timed loop
+    for d in fpool.sets:
+        d["bound"], _ = bind(fn.signature, d["args"])
+    variants.append(Variant("kina functional", fpool, lambda d: fn.call_into(d["bound"], d["outs"])))
+    variants.append(Variant("kina fn() API", fpool, lambda d: fn(*d["args"])))
+
+    scores = np.zeros((B, H, 1, S + 1), np.float32)
+    m = np.zeros((B, H, 1, 1), np.float32)
+    s = np.zeros((B, H, 1, 1), np.float32)
+
+    def numpy_step(d):
+        np.concatenate([d["k_past"], d["k_new"]], axis=3, out=d["k_next"])
+        np.concatenate([d["v_past"], d["v_new"]], axis=2, out=d["v_next"])
+        np.matmul(d["q"], d["k_next"], out=scores)
+        np.multiply(scores, d["scale"], out=scores)
+        softmax_numpy(scores, m, s)
+        np.matmul(scores, d["v_next"], out=d["context"])
+    variants.append(Variant("numpy", fpool, numpy_step))
+
+    if torch is not None:
+        for d in fpool.sets:
+            d["t"] = {k: torch.from_numpy(v) for k, v in d.items() if isinstance(v, np.ndarray)}
+        t_scores, t_probs = torch.from_numpy(scores), torch.zeros((B, H, 1, S + 1))
+        softmax_out = torch.ops.aten._softmax.out
+
+        def torch_step(d):
+            t = d["t"]
+            torch.cat([t["k_past"], t["k_new"]], dim=3, out=t["k_next"])
+            torch.cat([t["v_past"], t["v_new"]], dim=2, out=t["v_next"])
+            torch.matmul(t["q"], t["k_next"], out=t_scores)
+            torch.mul(t_scores, t["scale"], out=t_scores)
+            softmax_out(t_scores, 3, False, out=t_probs)
+            torch.matmul(t_probs, t["v_next"], out=t["context"])
+        def settle():  # let torch's OpenMP worker stop spinning before the next variant runs
+            torch.set_num_threads(1)
+            time.sleep(0.02)
+        variants.append(Variant("torch 1T", fpool, torch_step, before=lambda: torch.set_num_threads(1)))
+        variants.append(Variant("torch 2T", fpool, torch_step, before=lambda: torch.set_num_threads(2), after=settle))
+
+    # in place
+    T = S + 1 + T_MAX_SLACK
+    per_set = 2 * B * H * Dh * T * F32
+    n_sets = n_sets_for(per_set, args.working_set)
+    small = fpool.sets  # q, k_new, v_new, scale come from the functional sets (a few KiB each)
+
+    def fresh_prefix():
+        k = np.full((B, H, Dh, T), np.nan, np.float32)  # the unused slots hold NaN: they must not matter
+        v = np.full((B, H, T, Dh), np.nan, np.float32)
+        k[..., :S] = rng.standard_normal((B, H, Dh, S), dtype=np.float32)
+        v[:, :, :S] = rng.standard_normal((B, H, S, Dh), dtype=np.float32)
+        return k, v
+
+    kv_cache = getattr(getattr(kina, "decode", None), "KVCache", None)
+    if kv_cache is None:
+        try:
+            from kina.decode import KVCache as kv_cache
+        except ImportError:
+            kv_cache = None
+    if kv_cache is None:
+        notes.append("kina.decode.KVCache does not exist yet: the in-place rows are skipped")
+    else:
+        try:
+            caches = []
+            for i in range(n_sets):
+                k, v = fresh_prefix()
+                c = kv_cache(B, H, Dh, T)
+                c.append(k[..., :S], v[:, :, :S])
+                caches.append({"cache": c, "small": small[i % len(small)]})
+            item = caches[0]
+            d = item["small"]
+            item["cache"].crop(S)
+            got = item["cache"].step(d["q"], d["k_new"], d["v_new"], d["scale_f"])
+            want = reference(d["q"], item["cache"].keys()[..., :S], d["k_new"],
+                             item["cache"].values()[:, :, :S], d["v_new"], d["scale"])[2]
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+                notes.append(f"{z.label}: kina in place context differs from NumPy "
+                             f"(max abs error {float(np.abs(got - want).max()):.3g})")
+            ipool = Pool(caches, per_set)
+
+            def kina_inplace(item):
+                d = item["small"]
+                item["cache"].step(d["q"], d["k_new"], d["v_new"], d["scale_f"])
+            variants.append(Variant("kina in place", ipool, kina_inplace, prepare=lambda it: it["cache"].crop(S),
+                                    ref="numpy in place", floor="in place"))
+        except Exception as e:  # an API still in the making: say what failed, keep the other rows
+            notes.append(f"kina.decode.KVCache is there but the in-place step failed: {type(e).__name__}: {e}")
+
+    bufs = []
+    for i in range(n_sets):
+        k, v = fresh_prefix()
+        bufs.append({"k": k, "v": v, "small": small[i % len(small)], "context": np.zeros((B, H, 1, Dh), np.float32)})
+    npool = Pool(bufs, per_set)
+
+    def numpy_inplace(item):
+        d, k, v = item["small"], item["k"], item["v"]
+        np.copyto(k[..., S:S + 1], d["k_new"])
+        np.copyto(v[:, :, S:S + 1], d["v_new"])
+        np.matmul(d["q"], k[..., :S + 1], out=scores)
+        np.multiply(scores, d["scale"], out=scores)
+        softmax_numpy(scores, m, s)
+        np.matmul(scores, v[:, :, :S + 1], out=item["context"])
+    variants.append(Variant("numpy in place", npool, numpy_inplace, ref="numpy in place", floor="in place"))
+    return variants
+
+
+def spot_check(z: Size, fpool: Pool, variants: list[Variant], notes: list[str]) -> None:
+    """One call of each functional variant on set 0 against the plain reference."""
+    d = fpool.sets[0]
+    k_ref, v_ref, c_ref = reference(*d["args"])
+    for v in variants:
+        if v.pool is not fpool or v.name == "kina fn() API":
+            continue
+        if v.before:
+            v.before()
+        d["context"].fill(np.nan)
+        v.run(d)
+        ok = (np.array_equal(d["k_next"], k_ref) and np.array_equal(d["v_next"], v_ref)
+              and np.allclose(d["context"], c_ref, rtol=1e-4, atol=1e-5))
+        if not ok:
+            notes.append(f"{z.label}: {v.name} disagrees with the NumPy reference")
+
+
+def run_size(z: Size, args, mod, torch, set_blas_threads, bw: dict, notes: list[str]) -> dict:
+    """Time every variant on one size; `bw` (a first estimate) only sizes the timing batches."""
+    rng = np.random.default_rng(z.S * 1000 + z.H)
+    fpool = make_functional_pool(z, args.working_set, rng)
+    variants = [v for v in build_variants(z, args, fpool, rng, mod, torch, set_blas_threads, notes)
+                if v.name not in args.skip]
+    spot_check(z, fpool, variants, notes)
+
+    B, H, Dh, S = z.B, z.H, z.Dh, z.S
+    kv_past, kv_next = 2 * B * H * Dh * S * F32, 2 * B * H * Dh * (S + 1) * F32
+    small_in, one_pos, ctx = (B * H * Dh * 3 + 1) * F32, 2 * B * H * Dh * F32, B * H * Dh * F32
+    moved = {"functional": (kv_past + small_in, kv_next + ctx), "in place": (kv_next + small_in, one_pos + ctx)}
+    rough_floor = floor_seconds(*moved["in place"], bw["read"], bw["copy"])
+    inner = max(1, min(32, round(0.5e-3 / rough_floor), min(len(v.pool.sets) for v in variants) // 2))
+
+    for v in variants:  # warm-up: one untimed sample each (code, page tables, thread pools)
+        for item in v.pool.take(inner):
+            if v.prepare:
+                v.prepare(item)
+            if v.before:
+                v.before()
+            v.run(item)
+            if v.after:
+                v.after()
+    gc.disable()
+    try:
+        for rep in range(args.repeats):
+            order = variants[rep % len(variants):] + variants[:rep % len(variants)]
+            for v in order:
+                items = v.pool.take(inner)
+                if v.prepare:
+                    for item in items:
+                        v.prepare(item)
+                if v.before:
+                    v.before()
+                t = time.perf_counter()
+                for item in items:
+                    v.run(item)
+                v.samples.append((time.perf_counter() - t) / inner)
+                if v.after:
+                    v.after()
+    finally:
+        gc.enable()
+        if torch is not None:
+            torch.set_num_threads(1)
+
+    ipool = next((v.pool for v in variants if v.floor == "in place"), None)
+    med = {v.name: statistics.median(v.samples) for v in variants}
+    rows = {}
+    for v in variants:
+        rows[v.name] = {
+            "median_s": med[v.name], "min_s": min(v.samples), "max_s": max(v.samples),
+            "vs": v.ref, "ratio_vs": med[v.name] / med[v.ref] if v.ref in med else None,
+            "floor": v.floor,
+            "samples_s": v.samples,
+        }
+    return {
+        "H": H, "Dh": Dh, "B": B, "S_past": S, "cache_bytes": z.cache_bytes, "inner": inner,
+        "sets": {"functional": len(fpool.sets), "in_place": len(ipool.sets) if ipool else 0},
+        "working_set_bytes": {"functional": len(fpool.sets) * fpool.nbytes_each,
+                              "in_place": len(ipool.sets) * ipool.nbytes_each if ipool else 0},
+        "bytes": {k: {"read": r, "written": w} for k, (r, w) in moved.items()},
+        "variants": rows,
+    }
+
+
+def add_floors(r: dict, bw: dict) -> None:
+    """Fill in each size's floors and every variant's ratio to its floor, from the run's bandwidth."""
+    r["floor_s"] = {k: floor_seconds(m["read"], m["written"], bw["read"], bw["copy"]) for k, m in r["bytes"].items()}
+    for v in r["variants"].values():
+        v["ratio_floor"] = v["median_s"] / r["floor_s"][v["floor"]]
+
+
+# -- compile time ------------------------------------------------------------------
+
+def measure_compile(repeats: int) -> dict:
+    from kina import pipeline
+    src, name = STATIC_EXAMPLE.read_bytes(), str(STATIC_EXAMPLE.relative_to(ROOT))
+    saved = {k: os.environ.get(k) for k in ("KINA_NO_CACHE", "KINA_CACHE_DIR")}
+    cache = tempfile.mkdtemp(prefix="kina-bench-cache-")
+
+    def timed_build() -> float:
+        t = time.perf_counter()
+        so = pipeline.build_so(src, name)
+        dt = time.perf_counter() - t
+        if os.environ.get("KINA_NO_CACHE") == "1":
+            shutil.rmtree(so.parent, ignore_errors=True)
+        return dt
+    try:
+        os.environ["KINA_NO_CACHE"] = "1"
+        first = timed_build()
+        cold = [timed_build() for _ in range(repeats)]
+        os.environ.pop("KINA_NO_CACHE")
+        os.environ["KINA_CACHE_DIR"] = cache
+        populate = timed_build()
+        warm = [timed_build() for _ in range(max(repeats, 5))]
+        t = time.perf_counter()
+        kina.compile_file(STATIC_EXAMPLE).close()
+        warm_load = time.perf_counter() - t
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(cache, ignore_errors=True)
+    return {"file": name, "first_s": first, "cold_s": cold, "cold_median_s": statistics.median(cold),
+            "populate_s": populate, "warm_s": warm, "warm_median_s": statistics.median(warm),
+            "warm_compile_file_and_load_s": warm_load}
+
+
+# -- report ------------------------------------------------------------------------
+
+def fmt_t(s: float) -> str:
+    ms = s * 1e3
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
+
+
+def print_size(r: dict) -> None:
+    fl = r["floor_s"]
+    print(f"\nH={r['H']} Dh={r['Dh']} S_past={r['S_past']}  cache {r['cache_bytes'] / MIB:.2f} MiB  "
+          f"sets {r['sets']['functional']}/{r['sets']['in_place']} "
+          f"(working set {r['working_set_bytes']['functional'] / MIB:.0f}/{r['working_set_bytes']['in_place'] / MIB:.0f} MiB)"
+          f"  floor: functional {fmt_t(fl['functional'])} ms, in place {fmt_t(fl['in place'])} ms")
+    print(f"  {'variant':<17} {'median (min-max) ms':>30} {'x ref':>7}  {'ref':<15} {'x floor':>7}")
+    for name, v in r["variants"].items():
+        span = f"{fmt_t(v['median_s'])} ({fmt_t(v['min_s'])}-{fmt_t(v['max_s'])})"
+        ratio = f"{v['ratio_vs']:.2f}" if v["ratio_vs"] is not None else "-"
+        print(f"  {name:<17} {span:>30} {ratio:>7}  {v['vs']:<15} {v['ratio_floor']:>7.2f}")
+
+
+def checks(results: list[dict], compile_t: dict | None) -> list[dict]:
+    out = []
+
+    def check(what, value, limit, less_than=False):
+        if value is None:  # a variant that was skipped or could not run
+            return
+        ok = value < limit if less_than else value <= limit
+        out.append({"check": what, "value": value, "limit": limit, "pass": ok})
+
+    for r in results:
+        if r["cache_bytes"] < TARGET_MIN_CACHE:
+            continue
+        v, tag = r["variants"], f"H={r['H']} Dh={r['Dh']} S={r['S_past']}"
+        f = v.get("kina functional")
+        if f:
+            check(f"{tag}: functional / numpy", f["ratio_vs"], 0.6)
+            check(f"{tag}: functional / floor", f["ratio_floor"], 1.5)
+        for t in ("torch 1T", "torch 2T"):
+            if f and t in v:
+                check(f"{tag}: functional / {t}", f["median_s"] / v[t]["median_s"], 1.0, less_than=True)
+        if "kina in place" in v:
+            check(f"{tag}: in place / numpy in place", v["kina in place"]["ratio_vs"], 0.75)
+            check(f"{tag}: in place / floor", v["kina in place"]["ratio_floor"], 1.3)
+    if compile_t:
+        check("cold compile (s)", compile_t["cold_median_s"], 0.300)
+    return out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0],
+                                epilog="See the module docstring for the method and the floor model.")
+    p.add_argument("--shapes", default="32x128,8x64", help="comma-separated HxDh (default: 32x128,8x64)")
+    p.add_argument("--s-past", default="127,511,2047,8191", help="comma-separated S_past values")
+    p.add_argument("--repeats", type=int, default=15, help="timed samples per variant and size (default 15)")
+    p.add_argument("--compile-repeats", type=int, default=5, help="cold compiles to time (default 5)")
+    p.add_argument("--bw-repeats", type=int, default=5, help="bandwidth passes at the start and at the end")
+    p.add_argument("--working-set-mib", type=int, default=None,
+                   help="least total size of the rotated input sets (default: 8x the last-level cache)")
+    p.add_argument("--no-compile-time", action="store_true", help="skip the compile-time measurement")
+    p.add_argument("--skip", default="", help="comma-separated variant names to leave out, e.g. 'torch 2T'")
+    p.add_argument("--quick", action="store_true", help="a fast look: S_past 127,2047, 5 repeats, 3 compiles")
+    p.add_argument("--json", default=str(ROOT / "build" / "bench_kv_step.json"), help="where to write the JSON")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.s_past, a.repeats, a.compile_repeats, a.bw_repeats = "127,2047", 5, 3, 3
+    a.sizes = [Size(*map(int, hd.lower().split("x")), int(s)) for hd in a.shapes.split(",") for s in a.s_past.split(",")]
+    a.skip = {n.strip() for n in a.skip.split(",") if n.strip()}
+    a.working_set = (a.working_set_mib or 8 * llc_bytes() // MIB) * MIB
+    return a
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    notes: list[str] = []
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if os.environ.get(var):
+            notes.append(f"{var}={os.environ[var]} is set: NumPy may run a slower OpenBLAS kernel "
+                         f"(run with env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)")
+    load_start = os.getloadavg()[0]  # the machine is shared: a busy neighbour shows up here
+    corename, set_blas_threads = openblas()
+    if set_blas_threads:
+        set_blas_threads(1)
+    else:
+        notes.append("could not set NumPy's OpenBLAS thread count")
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except ImportError:
+        torch = None
+        notes.append("torch is not installed: the torch rows are skipped")
+
+    print(f"kv_step benchmark: {cpu_model()}, {os.cpu_count()} cores, LLC {llc_bytes() / MIB:.0f} MiB; "
+          f"numpy {np.__version__} (OpenBLAS {corename}, 1 thread)"
+          + (f", torch {torch.__version__}" if torch else "") + f"; kina {kina.__version__} @ {git_commit()}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+
+    compile_t = None if args.no_compile_time else measure_compile(args.compile_repeats)
+    if compile_t:
+        print(f"compile {compile_t['file']}: cold {fmt_t(compile_t['cold_median_s'])} ms median "
+              f"({fmt_t(min(compile_t['cold_s']))}-{fmt_t(max(compile_t['cold_s']))}, first in process "
+              f"{fmt_t(compile_t['first_s'])}); warm (cache hit) {fmt_t(compile_t['warm_median_s'])} ms, "
+              f"compile_file+load {fmt_t(compile_t['warm_compile_file_and_load_s'])} ms")
+
+    # Built fresh, not from the compile cache: its key does not cover the compiler's own source,
+    # so during work on lower.py a cache hit could measure an older kernel.
+    saved, os.environ["KINA_NO_CACHE"] = os.environ.get("KINA_NO_CACHE"), "1"
+    try:
+        mod = kina.compile_file(DYN_EXAMPLE)
+    finally:
+        os.environ.pop("KINA_NO_CACHE") if saved is None else os.environ.__setitem__("KINA_NO_CACHE", saved)
+    bw_samples = measure_bandwidth(args.bw_repeats)
+    results = []
+    for z in args.sizes:  # bandwidth samples between sizes too, so a noisy spell does not set the floor
+        t = time.perf_counter()
+        results.append(run_size(z, args, mod, torch, set_blas_threads, bandwidth(bw_samples), notes))
+        add_samples(bw_samples, measure_bandwidth(2))
+        print(f"  {z.label}: {time.perf_counter() - t:.1f} s", flush=True)
+        gc.collect()
+    add_samples(bw_samples, measure_bandwidth(args.bw_repeats))
+    bw = bandwidth(bw_samples)
+    print(f"bandwidth (best of {len(bw_samples['copy'])} passes; median in brackets): read {bw['read'] / 1e9:.1f} GB/s "
+          f"(np.sum {bw['read_sum'] / 1e9:.1f} [{bw['read_sum_median'] / 1e9:.1f}], np.dot {bw['read_dot'] / 1e9:.1f} "
+          f"[{bw['read_dot_median'] / 1e9:.1f}]), copy {bw['copy'] / 1e9:.1f} [{bw['copy_median'] / 1e9:.1f}] GB/s "
+          f"(bytes copied per second)")
+    for r in results:
+        add_floors(r, bw)
+        print_size(r)
+
+    results_checks = checks(results, compile_t)
+    print()
+    for c in results_checks:
+        print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['check']}: {c['value']:.3f} (limit {c['limit']}, "
+              f"{'<' if 'torch' in c['check'] else '<='})")
+    for n in notes:
+        print(f"note: {n}")
+
+    report = {
+        "format": "kina-bench-kv-step-1", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "llc_bytes": llc_bytes(),
+                    "load_average_start_end": [load_start, os.getloadavg()[0]],
+                    "openblas_core": corename, "env": {k: os.environ.get(k) for k in
+                                                       ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}},
+        "versions": {"kina": kina.__version__, "commit": git_commit(), "numpy": np.__version__,
+                     "torch": torch.__version__ if torch else None, "python": platform.python_version()},
+        "args": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items() if k != "sizes"},
+        "bandwidth": {"Bps": bw, "samples_Bps": bw_samples},
+        "compile": compile_t, "sizes": results, "checks": results_checks, "notes": notes,
+    }
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
