@@ -90,7 +90,8 @@ def _check_tree_depth(tree: Tree, filename: str, text: str) -> None:
     """Refuse operator chains like `a + a + ... + a` whose tree is too deep to walk recursively.
 
     The LALR parser itself is iterative, so this walk (with its own stack) runs
-    before anything recursive sees the tree, and points at the deepest expression.
+    before anything recursive sees the tree; it points at the whole let value or
+    result that is too deep.
     """
     stack = [(tree, 0, tree)]
     while stack:
