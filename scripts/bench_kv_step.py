@@ -52,7 +52,10 @@ Compile time, in-process through kina.pipeline.build_so on examples/storylm0_kv_
 cold = KINA_NO_CACHE=1 (median of --compile-repeats, after one untimed build that pays the
 one-time imports, which is reported as "first"); warm = a cache hit in a fresh KINA_CACHE_DIR.
 
-Targets (issue 6), checked for caches (K+V of S_past+1 positions) of 4 MiB and up, printed as
+Ratios are of medians; "(best)" and "best vs best" divide the two variants' fastest samples,
+which is the steadier figure when a neighbour is busy (the load average is printed and kept).
+
+Targets (issue 6), judged on the medians, checked for caches (K+V of S_past+1 positions) of 4 MiB and up, printed as
 PASS/FAIL: functional <= 0.6x NumPy and <= 1.5x its floor; in place <= 0.75x NumPy in place and
 <= 1.3x its floor; kina functional faster than torch 1T and 2T; cold compile <= 300 ms.
 The JSON (--json, default build/bench_kv_step.json) has every figure, the samples and the checks.
@@ -435,11 +438,14 @@ def run_size(z: Size, args, mod, torch, set_blas_threads, bw: dict, notes: list[
 
     ipool = next((v.pool for v in variants if v.floor == "in place"), None)
     med = {v.name: statistics.median(v.samples) for v in variants}
+    best = {v.name: min(v.samples) for v in variants}
     rows = {}
     for v in variants:
         rows[v.name] = {
             "median_s": med[v.name], "min_s": min(v.samples), "max_s": max(v.samples),
             "vs": v.ref, "ratio_vs": med[v.name] / med[v.ref] if v.ref in med else None,
+            # best against best: noise only ever adds time, so on a busy machine this is the steadier ratio
+            "ratio_vs_best": min(v.samples) / best[v.ref] if v.ref in best else None,
             "floor": v.floor,
             "samples_s": v.samples,
         }
@@ -511,21 +517,22 @@ def print_size(r: dict) -> None:
           f"sets {r['sets']['functional']}/{r['sets']['in_place']} "
           f"(working set {r['working_set_bytes']['functional'] / MIB:.0f}/{r['working_set_bytes']['in_place'] / MIB:.0f} MiB)"
           f"  floor: functional {fmt_t(fl['functional'])} ms, in place {fmt_t(fl['in place'])} ms")
-    print(f"  {'variant':<17} {'median (min-max) ms':>30} {'x ref':>7}  {'ref':<15} {'x floor':>7}")
+    print(f"  {'variant':<17} {'median (min-max) ms':>30} {'x ref':>7} {'(best)':>7}  {'ref':<15} {'x floor':>7}")
     for name, v in r["variants"].items():
         span = f"{fmt_t(v['median_s'])} ({fmt_t(v['min_s'])}-{fmt_t(v['max_s'])})"
         ratio = f"{v['ratio_vs']:.2f}" if v["ratio_vs"] is not None else "-"
-        print(f"  {name:<17} {span:>30} {ratio:>7}  {v['vs']:<15} {v['ratio_floor']:>7.2f}")
+        best = f"({v['ratio_vs_best']:.2f})" if v["ratio_vs_best"] is not None else "-"
+        print(f"  {name:<17} {span:>30} {ratio:>7} {best:>7}  {v['vs']:<15} {v['ratio_floor']:>7.2f}")
 
 
 def checks(results: list[dict], compile_t: dict | None) -> list[dict]:
     out = []
 
-    def check(what, value, limit, less_than=False):
+    def check(what, value, limit, less_than=False, best=None):
         if value is None:  # a variant that was skipped or could not run
             return
         ok = value < limit if less_than else value <= limit
-        out.append({"check": what, "value": value, "limit": limit, "pass": ok})
+        out.append({"check": what, "value": value, "limit": limit, "pass": ok, "best_vs_best": best})
 
     for r in results:
         if r["cache_bytes"] < TARGET_MIN_CACHE:
@@ -533,13 +540,15 @@ def checks(results: list[dict], compile_t: dict | None) -> list[dict]:
         v, tag = r["variants"], f"H={r['H']} Dh={r['Dh']} S={r['S_past']}"
         f = v.get("kina functional")
         if f:
-            check(f"{tag}: functional / numpy", f["ratio_vs"], 0.6)
+            check(f"{tag}: functional / numpy", f["ratio_vs"], 0.6, best=f["ratio_vs_best"])
             check(f"{tag}: functional / floor", f["ratio_floor"], 1.5)
         for t in ("torch 1T", "torch 2T"):
             if f and t in v:
-                check(f"{tag}: functional / {t}", f["median_s"] / v[t]["median_s"], 1.0, less_than=True)
+                check(f"{tag}: functional / {t}", f["median_s"] / v[t]["median_s"], 1.0, less_than=True,
+                      best=f["min_s"] / v[t]["min_s"])
         if "kina in place" in v:
-            check(f"{tag}: in place / numpy in place", v["kina in place"]["ratio_vs"], 0.75)
+            check(f"{tag}: in place / numpy in place", v["kina in place"]["ratio_vs"], 0.75,
+                  best=v["kina in place"]["ratio_vs_best"])
             check(f"{tag}: in place / floor", v["kina in place"]["ratio_floor"], 1.3)
     if compile_t:
         check("cold compile (s)", compile_t["cold_median_s"], 0.300)
@@ -629,8 +638,9 @@ def main(argv=None) -> int:
     results_checks = checks(results, compile_t)
     print()
     for c in results_checks:
+        best = f"; best vs best {c['best_vs_best']:.3f}" if c["best_vs_best"] is not None else ""
         print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['check']}: {c['value']:.3f} (limit {c['limit']}, "
-              f"{'<' if 'torch' in c['check'] else '<='})")
+              f"{'<' if 'torch' in c['check'] else '<='}{best})")
     for n in notes:
         print(f"note: {n}")
 
