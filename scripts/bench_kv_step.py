@@ -85,6 +85,7 @@ import numpy as np
 
 import kina
 from kina.runtime import bind
+from validate_kv_cache import reference_numpy as reference  # the plain step, for the spot checks
 
 ROOT = Path(__file__).resolve().parent.parent
 DYN_EXAMPLE = ROOT / "examples" / "storylm0_kv_step_dyn.kina"
@@ -174,15 +175,6 @@ def softmax_numpy(scores, m, s):
     np.exp(scores, out=scores)
     np.sum(scores, axis=3, keepdims=True, out=s)
     np.divide(scores, s, out=scores)
-
-
-def reference(q, k_past, k_new, v_past, v_new, scale):
-    """The step, plainly, for the correctness spot checks."""
-    k_next = np.concatenate([k_past, k_new], axis=3)
-    v_next = np.concatenate([v_past, v_new], axis=2)
-    scores = np.matmul(q, k_next) * scale
-    e = np.exp(scores - scores.max(axis=3, keepdims=True))
-    return k_next, v_next, np.matmul(e / e.sum(axis=3, keepdims=True), v_next)
 
 
 # -- inputs ------------------------------------------------------------------------
