@@ -37,9 +37,10 @@ per pool shared by the variants that use it, so no call finds its data left in c
 previous one. Short calls are timed in batches over consecutive sets (~0.5 ms a sample).
 
 Bandwidth, measured in the same run (one thread, 256 MiB arrays, at the start, between sizes
-and at the end; the best pass counts, since noise only slows a pass down): read = bytes / time of the faster of np.sum(a) and np.dot(first half, second half)
-(one read stream, or two); copy = bytes copied / time of np.copyto(b, a)
-(glibc memcpy, which streams large copies with non-temporal stores). The floor model: a step
+and at the end; the best pass counts, since noise only slows a pass down): read = bytes / time
+of the faster of np.sum(a) and np.dot(first half, second half) (one read stream, or two);
+copy = bytes copied / time of np.copyto(b, a) (glibc memcpy, which streams large copies with
+non-temporal stores). The floor model: a step
 that reads R bytes and writes W <= R bytes costs at least
     t_floor = R / read_bw + W * (1 / copy_bw - 1 / read_bw)
 i.e. every written byte rides with a read byte as a copy, and the remaining reads cost a read.
@@ -55,8 +56,8 @@ one-time imports, which is reported as "first"); warm = a cache hit in a fresh K
 Ratios are of medians; "(best)" and "best vs best" divide the two variants' fastest samples,
 which is the steadier figure when a neighbour is busy (the load average is printed and kept).
 
-Targets (issue 6), judged on the medians, checked for caches (K+V of S_past+1 positions) of 4 MiB and up, printed as
-PASS/FAIL: functional <= 0.6x NumPy and <= 1.5x its floor; in place <= 0.75x NumPy in place and
+Targets (issue 6), judged on the medians, checked for caches (K+V of S_past+1 positions) of
+4 MiB and up, printed as PASS/FAIL: functional <= 0.6x NumPy and <= 1.5x its floor; in place <= 0.75x NumPy in place and
 <= 1.3x its floor; kina functional faster than torch 1T and 2T; cold compile <= 300 ms.
 The JSON (--json, default build/bench_kv_step.json) has every figure, the samples and the checks.
 The exit status is 0 whether or not the targets pass: this measures, it does not gate.
