@@ -110,6 +110,30 @@ def _map(n: int, exprs) -> ir.AffineMap:
     return ir.AffineMap.get(n, 0, list(exprs))
 
 
+def _fusable_concats(fn: ast.Function) -> set[str]:
+    """Let-bound concats read as the rhs of a matmul that the matmul can produce itself.
+
+    That is a decode-shaped matmul (one lhs row, static) whose rhs is concatenated
+    along its column or contraction axis: fusing the copy into the matmul reads each
+    operand once instead of twice (copy, then matmul), which is what makes the
+    KV-cache step memory-bound at one pass over the cache.
+    """
+    concats = {let.name: let.value for let in fn.body if isinstance(let.value, ast.Concat)}
+    found: set[str] = set()
+
+    def visit(e: ast.Expr) -> None:
+        if isinstance(e, ast.MatMul) and isinstance(e.rhs, ast.Name) and e.rhs.id in concats:
+            cat, rank = concats[e.rhs.id], e.type.rank
+            if e.lhs.type.dims[-2] == Dim(1) and cat.axis in (rank - 1, rank - 2):
+                found.add(e.rhs.id)
+        for child in ast.children(e):
+            visit(child)
+
+    for expr in [let.value for let in fn.body] + list(fn.results):
+        visit(expr)
+    return found
+
+
 class _FunctionLowering:
     def __init__(self, fn: ast.Function):
         self.fn = fn
@@ -147,8 +171,13 @@ class _FunctionLowering:
                 if isinstance(r, ast.Name) and r.id not in self.dest and r.id not in self.values:
                     with _loc(r.loc):
                         self.dest[r.id] = bufferization.ToTensorOp(tensor_type(t), out, restrict=True, writable=True).result
+            self.pending = {}  # concats to be computed inside the matmul that reads them
+            fusable = _fusable_concats(self.fn)
             for let in self.fn.body:
-                self.values[let.name] = self.expr(let.value, self.dest.get(let.name))
+                if let.name in fusable:
+                    self.pending[let.name] = (let.name, let.value, self.dest.get(let.name))
+                else:
+                    self.values[let.name] = self.expr(let.value, self.dest.get(let.name))
             for r, out in zip(self.fn.results, outs):
                 value = self.expr(r)
                 with _loc(r.loc):
@@ -188,20 +217,41 @@ class _FunctionLowering:
         return dynamic, static
 
     def generic(self, inputs, init, maps, iterators, body):
-        """A linalg.generic with one result; `body(block_args) -> yielded value`."""
+        """A linalg.generic with one result; `body(*block_args) -> yielded value`."""
+        return self.generic_n(inputs, [init], maps, iterators, lambda *args: [body(*args)])[0]
+
+    def generic_n(self, inputs, inits, maps, iterators, body):
+        """A linalg.generic with one result per init; `body(*block_args) -> [yielded values]`."""
         op = linalg.GenericOp(
-            result_tensors=[init.type], inputs=inputs, outputs=[init],
+            result_tensors=[v.type for v in inits], inputs=inputs, outputs=inits,
             indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
             iterator_types=ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{it}>") for it in iterators]))
-        block = op.regions[0].blocks.append(*[v.type.element_type for v in [*inputs, init]])
+        block = op.regions[0].blocks.append(*[v.type.element_type for v in [*inputs, *inits]])
         with ir.InsertionPoint(block):
-            linalg.YieldOp([body(*block.arguments)])
-        return op.result
+            linalg.YieldOp(body(*block.arguments))
+        return list(op.results)
+
+    def _slice_args(self, rank: int, axis: int, offset: Dim, sizes: tuple[Dim, ...]):
+        offsets = [self.size(offset) if a == axis else 0 for a in range(rank)]
+        dyn_off, st_off = self._mixed(offsets)
+        dyn_size, st_size = self._mixed([self.size(d) for d in sizes])
+        return dyn_off, dyn_size, [], st_off, st_size, [1] * rank
+
+    def extract(self, value: ir.Value, t: TensorType, axis: int, offset: Dim, sizes: tuple[Dim, ...]) -> ir.Value:
+        """`value[..., offset:offset+sizes[axis], ...]` along `axis` (whole along the others)."""
+        part = tensor_type(TensorType(t.dtype, sizes, t.placement))
+        return tensor.ExtractSliceOp(part, value, *self._slice_args(t.rank, axis, offset, sizes)).result
+
+    def insert(self, part: ir.Value, into: ir.Value, rank: int, axis: int, offset: Dim, sizes: tuple[Dim, ...]) -> ir.Value:
+        return tensor.InsertSliceOp(part, into, *self._slice_args(rank, axis, offset, sizes)).result
 
     # -- expressions ---------------------------------------------------------
     def expr(self, e: ast.Expr, dest: ir.Value | None = None) -> ir.Value:
         """Lower `e`; its final op writes into `dest` when given, else into a new tensor."""
         if isinstance(e, ast.Name):
+            if e.id in self.pending:  # needed before (or without) its fusing matmul: compute it now
+                name, cat, cat_dest = self.pending.pop(e.id)
+                self.values[name] = self.expr(cat, cat_dest)
             return self.values[e.id]
         with _loc(e.loc):
             out = dest if dest is not None else self.empty(e.type)
@@ -222,26 +272,65 @@ class _FunctionLowering:
         offset = Dim()
         for operand in (e.lhs, e.rhs):
             src = self.expr(operand)
-            if any(d == Dim(0) for d in operand.type.dims):
-                continue  # an empty operand adds nothing (and a 0-sized slice would not verify)
-            offsets = [self.size(offset) if i == e.axis else 0 for i in range(e.type.rank)]
-            dyn_off, st_off = self._mixed(offsets)
-            dyn_size, st_size = self._mixed([self.size(d) for d in operand.type.dims])
-            out = tensor.InsertSliceOp(src, out, dyn_off, dyn_size, [], st_off, st_size, [1] * e.type.rank).result
+            if not any(d == Dim(0) for d in operand.type.dims):  # a 0-sized slice would not verify
+                out = self.insert(src, out, e.type.rank, e.axis, offset, operand.type.dims)
             offset = offset + operand.type.dims[e.axis]
         return out
 
-    def matmul(self, e: ast.MatMul, out: ir.Value) -> ir.Value:
-        lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
-        nb = e.type.rank - 2
+    def _matmul_maps(self, rank: int):
+        nb = rank - 2
         n = nb + 3  # iteration domain: batch..., i, k, j
         d = _affine_dims(n)
         b, i, k, j = d[:nb], d[nb], d[nb + 1], d[nb + 2]
-        maps = [_map(n, [*b, i, k]), _map(n, [*b, k, j]), _map(n, [*b, i, j])]
-        iterators = ["parallel"] * nb + ["parallel", "reduction", "parallel"]
+        maps = [_map(n, [*b, i, k]), _map(n, [*b, k, j]), _map(n, [*b, i, j]), _map(n, [*b, k, j])]
+        return maps, ["parallel"] * nb + ["parallel", "reduction", "parallel"]
+
+    def matmul(self, e: ast.MatMul, out: ir.Value) -> ir.Value:
+        if isinstance(e.rhs, ast.Name) and e.rhs.id in self.pending:
+            return self.matmul_fused_concat(e, out, *self.pending.pop(e.rhs.id))
+        lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
+        maps, iterators = self._matmul_maps(e.type.rank)
         zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
-        return self.generic([lhs, rhs], linalg.fill(zero, outs=[out]), maps, iterators,
+        return self.generic([lhs, rhs], linalg.fill(zero, outs=[out]), maps[:3], iterators,
                             lambda x, y, acc: arith.AddFOp(acc, arith.MulFOp(x, y).result).result)
+
+    def matmul_fused_concat(self, e: ast.MatMul, out: ir.Value, name: str, cat: ast.Concat, dest) -> ir.Value:
+        """`lhs @ concat(a, b)` in one pass over `a` and `b`, also writing the concat.
+
+        The matmul is split along the concat axis: by output column when it is the
+        rhs's last axis, by contraction index when it is the second-to-last. Each
+        part is one linalg.generic that reads its operand once and yields both the
+        product and the operand's copy into the concat's slot. Each output element
+        sums over k in the same order as the unfused matmul, so results are identical.
+        """
+        lhs = self.expr(e.lhs)
+        rank, axis = e.type.rank, cat.axis
+        with _loc(cat.loc):
+            concat_out = dest if dest is not None else self.empty(cat.type)
+        maps, iterators = self._matmul_maps(rank)
+        zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
+        acc = linalg.fill(zero, outs=[out])
+        offset = Dim()
+        for part in (cat.lhs, cat.rhs):
+            src, dims = self.expr(part), part.type.dims
+            if not any(d == Dim(0) for d in dims):
+                with _loc(cat.loc):
+                    slot = self.extract(concat_out, cat.type, axis, offset, dims)
+                if axis == rank - 1:
+                    out_dims = e.type.dims[:-1] + (dims[-1],)
+                    acc_part, lhs_part = self.extract(acc, e.type, axis, offset, out_dims), lhs
+                else:
+                    lhs_dims = e.lhs.type.dims[:-1] + (dims[-2],)
+                    acc_part, lhs_part = acc, self.extract(lhs, e.lhs.type, rank - 1, offset, lhs_dims)
+                product, copied = self.generic_n(
+                    [lhs_part, src], [acc_part, slot], maps, iterators,
+                    lambda x, y, a, _: [arith.AddFOp(a, arith.MulFOp(x, y).result).result, y])
+                with _loc(cat.loc):
+                    concat_out = self.insert(copied, concat_out, rank, axis, offset, dims)
+                acc = self.insert(product, acc, rank, axis, offset, out_dims) if axis == rank - 1 else product
+            offset = offset + dims[axis]
+        self.values[name] = concat_out
+        return acc
 
     def elementwise(self, e: ast.Mul | ast.Add, out: ir.Value) -> ir.Value:
         t, n = e.type, e.type.rank

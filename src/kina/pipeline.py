@@ -38,6 +38,7 @@ BUFFERIZE = ",".join([
 ])
 # between the two: lower.copies_to_linalg (memref.copy -> linalg.copy)
 TO_LLVM = ",".join([
+    "cse",  # merges equal subviews, so a slot copied onto itself folds away in canonicalize
     "canonicalize",
     "buffer-deallocation-pipeline",
     "convert-bufferization-to-memref",
