@@ -12,8 +12,8 @@ Out: the output of the requested stage; for `so`, a built .so with its sidecar
 Guarantees: user errors are `KinaError`; a verifier or pass failure on our own
 MLIR is an `InternalError` with a reproducer file; a failing external tool is a
 `ToolError` with its stderr and the command to rerun. Builds are cached by a hash
-of the source, the options, kinac's version, the MLIR/LLVM version and the target
-CPU, and cache entries are written atomically (temp dir, then rename).
+of the source, the options, kinac's version and code, the MLIR/LLVM version and
+the target CPU, and cache entries are written atomically (temp dir, then rename).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -229,11 +230,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KINA_CACHE_DIR") or Path.home() / ".cache" / "kina")
 
 
+@lru_cache(maxsize=1)
+def compiler_digest() -> str:
+    """A hash of kinac's own code, so that editing the compiler never serves a stale build."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).with_name("grammar.lark")]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
 def cache_key(source: str | bytes, filename: str, options: Options) -> str:
     data = source if isinstance(source, bytes) else source.encode()
     _, host_cpu = toolchain.host()
-    meta = json.dumps({"kina": __version__, "llvm": toolchain.llvm_version(), "host_cpu": host_cpu,
-                       "filename": filename, "options": options.cache_key(), "pipeline": PASS_PIPELINE},
+    meta = json.dumps({"kina": __version__, "compiler": compiler_digest(), "llvm": toolchain.llvm_version(),
+                       "host_cpu": host_cpu, "filename": filename, "options": options.cache_key()},
                       sort_keys=True)
     return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
 
