@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test venv fuzz bench clean
+.PHONY: demo test venv fuzz bench generate clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,8 +24,13 @@ test: $(STAMP)
 fuzz: $(STAMP)
 	KINA_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/test_fuzz.py -q
 
+# Benchmarks want NumPy's own BLAS kernel: unset the OpenBLAS overrides for this command only.
 bench: $(STAMP)
-	$(BIN)/python scripts/bench_kv_step.py
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/python scripts/bench_kv_step.py
+
+generate: $(STAMP)
+	$(BIN)/python scripts/demo_generate.py
 
 clean:
 	rm -rf build .pytest_cache
