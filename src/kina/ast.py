@@ -48,21 +48,26 @@ class Concat(Expr):
 
 
 @dataclass(frozen=True)
-class MatMul(Expr):
+class Binary(Expr):
+    """`lhs OP rhs`; the subclass names the operator."""
+
     lhs: Expr
     rhs: Expr
 
 
 @dataclass(frozen=True)
-class Mul(Expr):
-    lhs: Expr
-    rhs: Expr
+class MatMul(Binary):
+    """`lhs @ rhs`"""
 
 
 @dataclass(frozen=True)
-class Add(Expr):
-    lhs: Expr
-    rhs: Expr
+class Mul(Binary):
+    """`lhs * rhs`"""
+
+
+@dataclass(frozen=True)
+class Add(Binary):
+    """`lhs + rhs`"""
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ class Program:
 
 def children(expr: Expr) -> tuple[Expr, ...]:
     """The operand expressions of `expr`, left to right."""
-    if isinstance(expr, (Concat, MatMul, Mul, Add)):
+    if isinstance(expr, (Concat, Binary)):
         return (expr.lhs, expr.rhs)
     if isinstance(expr, (Broadcast, Softmax)):
         return (expr.operand,)
