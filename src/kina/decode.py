@@ -9,9 +9,9 @@ Out: `KVCache`, one attention layer's keys and values in buffers of T_max
      without it (full causal attention recomputed at every step).
 
 Guarantees:
-  - Attention runs compiled Kina (kernels/attention.kina, and the prefill of
-    examples/storylm0_prefill.kina, kept as kernels/prefill.kina), compiled once
-    per dtype. It is given only the filled prefix, so its cost is linear in
+  - Attention runs compiled Kina (kernels/attention.kina, and the prefill in
+    kernels/prefill.kina, which examples/storylm0_prefill.kina links to), compiled
+    once per dtype. It is given only the filled prefix, so its cost is linear in
     n_filled, never in T_max, and the unused slots (zeros, stale data, NaN) never
     change a result.
   - `KVCache.attend` computes exactly what the functional Section 19 step
