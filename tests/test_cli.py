@@ -266,3 +266,17 @@ def test_run_in_a_subprocess_has_no_traceback():
 def test_run_user_errors_exit_1(capsys, args, fragment):
     rc, out, err = main(capsys, *args)
     assert rc == 1 and fragment in err and "Traceback" not in err
+
+
+def test_bench_times_compiled_against_numpy_and_checks_agreement(capsys):
+    code, out, err = main(capsys, "bench", str(EXAMPLES / "storylm0_kv_step_dyn.kina"), "--repeats", "3",
+                          "--dim", "B=1", "--dim", "H=2", "--dim", "Dh=4", "--dim", "S=9")
+    assert code == 0, err
+    assert re.search(r"^kina\s+median\s+[\d.]+ ms .*3 calls\)$", out, re.M)
+    assert re.search(r"^numpy\s+median\s+[\d.]+ ms", out, re.M)
+    assert re.search(r"^kina / numpy: [\d.]+ {2}\(results agree\)$", out, re.M)
+
+
+def test_bench_without_dims_is_a_user_error(capsys):
+    code, out, err = main(capsys, "bench", str(EXAMPLES / "storylm0_kv_step_dyn.kina"))
+    assert code == 1 and "give them with --dim NAME=N" in err and "Traceback" not in err

@@ -2,7 +2,8 @@
 
     kinac FILE.kina [-o OUT] [--emit {ast,typed,mlir,lowered,llvm,obj,so}]
                     [--dump-dir DIR] [--print-ir-after-all] [--cpu CPU] [--locs]
-    kinac run FILE.kina [--fn NAME] [--interpret] [--seed N]
+    kinac run FILE.kina [--fn NAME] [--interpret] [--dim NAME=N] [--seed N]
+    kinac bench FILE.kina [--fn NAME] [--dim NAME=N] [--repeats N]
     kinac --version
 
 Exit status: 0 on success, 1 for a user's error (bad source, missing file),
@@ -88,16 +89,16 @@ def compile_main(argv: list[str]) -> int:
     return 0
 
 
-def run_main(argv: list[str]) -> int:
+def run_main(argv: list[str], bench: bool = False) -> int:
     from .interpreter import run_command
-    return run_command(argv)
+    return run_command(argv, bench)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "run":
-            return run_main(argv[1:])
+        if argv and argv[0] in ("run", "bench"):
+            return run_main(argv[1:], bench=argv[0] == "bench")
         return compile_main(argv)
     except KinaError as e:
         print(e.render(), file=sys.stderr)

@@ -9,7 +9,9 @@ language reference does: concat is `np.concatenate`, `@` is `np.matmul`, `*`
 and `+` broadcast, softmax subtracts the max first. It needs no MLIR.
 
 `kinac run FILE [--fn NAME] [--interpret] [--dim S=5 ...] [--seed N]` runs a
-function on seeded random inputs, compiled or interpreted, and prints the results.
+function on seeded random inputs, compiled or interpreted, and prints the results;
+`kinac bench FILE [--fn NAME] [--dim ...] [--repeats N]` times the compiled
+function against this interpreter on the same inputs.
 """
 from __future__ import annotations
 
@@ -98,11 +100,17 @@ def random_inputs(sig, dims: dict[str, int], seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def run_command(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="kinac run", description="Run a Kina function on seeded random inputs.")
+def run_command(argv: list[str], bench: bool = False) -> int:
+    """`kinac run` (print one function's results) and `kinac bench` (time it against NumPy)."""
+    prog, what = ("kinac bench", "Time a compiled Kina function against the NumPy interpreter.") if bench else \
+        ("kinac run", "Run a Kina function on seeded random inputs.")
+    p = argparse.ArgumentParser(prog=prog, description=what)
     p.add_argument("file")
     p.add_argument("--fn", help="the function to run (default: the first)")
-    p.add_argument("--interpret", action="store_true", help="run with the NumPy reference interpreter")
+    if bench:
+        p.add_argument("--repeats", type=int, default=20, help="timed calls of each (default 20)")
+    else:
+        p.add_argument("--interpret", action="store_true", help="run with the NumPy reference interpreter")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="a value for a symbolic dim")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -118,13 +126,8 @@ def run_command(argv: list[str]) -> int:
             print(f"kinac: error: --dim expects NAME=N with N a non-negative integer, got {item!r}", file=sys.stderr)
             return 1
         dims[name] = int(value)
-    if args.interpret:
-        module = interpret(source, args.file)
-        sigs = {fn.name: fn.sig for fn in module.program.functions}
-    else:
-        from .pipeline import compile_source
-        module = compile_source(source, args.file)
-        sigs = {name: f.signature for name, f in module.functions.items()}
+    reference = interpret(source, args.file)
+    sigs = {fn.name: fn.sig for fn in reference.program.functions}
     name = args.fn or next(iter(sigs))
     if name not in sigs:
         print(f"kinac: error: {args.file} has no function '{name}' (it has: {', '.join(sigs)})", file=sys.stderr)
@@ -134,8 +137,36 @@ def run_command(argv: list[str]) -> int:
     except ValueError as e:
         print(f"kinac: error: {e}", file=sys.stderr)
         return 1
-    results = getattr(module, name)(*inputs)
+    if not bench and args.interpret:
+        results = getattr(reference, name)(*inputs)
+    else:
+        from .pipeline import compile_source
+        compiled = getattr(compile_source(source, args.file), name)
+        if bench:
+            return _bench(compiled, getattr(reference, name), inputs, args.repeats)
+        results = compiled(*inputs)
     np.set_printoptions(precision=6, suppress=True, threshold=64)
     for i, r in enumerate(results):
         print(f"result {i}: {r.dtype} {list(r.shape)}\n{r}")
+    return 0
+
+
+def _bench(compiled, reference, inputs: list[np.ndarray], repeats: int) -> int:
+    """Interleaved timing of the compiled function and the NumPy interpreter on the same inputs."""
+    import time
+    times: dict[str, list[float]] = {"kina": [], "numpy": []}
+    for _ in range(max(1, repeats)):
+        for label, fn in (("kina", compiled), ("numpy", reference)):
+            start = time.perf_counter()
+            fn(*inputs)
+            times[label].append(time.perf_counter() - start)
+    for got, want in zip(compiled(*inputs), reference(*inputs)):
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
+            print("kinac: error: compiled and interpreted results differ", file=sys.stderr)
+            return 1
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    for label, v in times.items():
+        print(f"{label:<6} median {med[label] * 1e3:9.3f} ms  (min {min(v) * 1e3:.3f}, max {max(v) * 1e3:.3f}, "
+              f"{len(v)} calls)")
+    print(f"kina / numpy: {med['kina'] / med['numpy']:.2f}  (results agree)")
     return 0
