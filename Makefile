@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/python scripts/validate_kv_cache.py build/storylm0_kv_step.so
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 fuzz: $(STAMP)
 	KINA_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/test_fuzz.py -q
