@@ -232,3 +232,21 @@ def test_unknown_function_is_an_attribute_error(mod, ref):
         mod.g
     with pytest.raises(AttributeError, match=r"has no function 'g' \(it has: f\)"):
         ref.g
+
+
+def test_so_built_for_a_cpu_with_more_instructions_is_refused(so, tmp_path):
+    path = copy_build(so, tmp_path)
+    sidecar = json.loads(path.with_suffix(".json").read_text())
+    sidecar["cpu_flags"] = sorted(set(sidecar["cpu_flags"]) | {"kina_test_isa"})
+    path.with_suffix(".json").write_text(json.dumps(sidecar))
+    with pytest.raises(LoadError, match=r"uses kina_test_isa, which this CPU lacks; rebuild here, or with --cpu x86-64"):
+        load(path)
+
+
+def test_portable_build_records_no_cpu_flags_and_runs(ref):
+    from kina.pipeline import Options
+    portable = build_so(SOURCE, "portable.kina", Options(cpu="x86-64"))
+    sidecar = json.loads(portable.with_suffix(".json").read_text())
+    assert sidecar["cpu"] == "x86-64" and sidecar["cpu_flags"] == []
+    with load(portable) as module:
+        agree(module, ref, *args(S=5))
