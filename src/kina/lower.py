@@ -11,7 +11,10 @@ Guarantees:
   * concat is `tensor.empty` (or the result's out-buffer) + one
     `tensor.insert_slice` per operand; never `tensor.concat`;
   * matmul is a `linalg.generic` over (batch..., i, k, j): the innermost loop runs
-    along j, unit stride in both the rhs and the result;
+    along j, unit stride in both the rhs and the result; a one-row matmul whose
+    rhs is a let-bound concat along its column or contraction axis also writes
+    that concat, in the same pass (`_fusable_concats`), with the same summation
+    order, so fused and unfused results are bit-identical;
   * `*`/`+` with `broadcast` are `linalg.generic`s whose broadcast operand maps
     stretched dims to the constant 0;
   * softmax is the stable decomposition: max, exp(x - max), sum, divide;
