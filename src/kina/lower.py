@@ -11,10 +11,12 @@ Guarantees:
   * concat is `tensor.empty` (or the result's out-buffer) + one
     `tensor.insert_slice` per operand; never `tensor.concat`;
   * matmul is a `linalg.generic` over (batch..., i, k, j): the innermost loop runs
-    along j, unit stride in both the rhs and the result; a one-row matmul whose
-    rhs is a let-bound concat along its column or contraction axis also writes
-    that concat, in the same pass (`_fusable_concats`), with the same summation
-    order, so fused and unfused results are bit-identical;
+    along j, unit stride in both the rhs and the result; after bufferization,
+    `matmuls_to_loops` turns it into unroll-and-jammed loops (same k order); a
+    one-row matmul whose rhs is a let-bound concat along its column or
+    contraction axis also writes that concat, in the same pass
+    (`_fusable_concats`), with the same summation order, so fused and unfused
+    results are bit-identical;
   * `*`/`+` with `broadcast` are `linalg.generic`s whose broadcast operand maps
     stretched dims to the constant 0;
   * softmax is the stable decomposition: max, exp(x - max), sum, divide;
@@ -111,6 +113,16 @@ def _affine_dims(n: int) -> list:
 
 def _map(n: int, exprs) -> ir.AffineMap:
     return ir.AffineMap.get(n, 0, list(exprs))
+
+
+def _matmul_maps(rank: int):
+    """Maps of lhs, rhs, result (and a fused concat slot) over (batch..., i, k, j)."""
+    nb = rank - 2
+    n = nb + 3  # iteration domain: batch..., i, k, j
+    d = _affine_dims(n)
+    b, i, k, j = d[:nb], d[nb], d[nb + 1], d[nb + 2]
+    maps = [_map(n, [*b, i, k]), _map(n, [*b, k, j]), _map(n, [*b, i, j]), _map(n, [*b, k, j])]
+    return maps, ["parallel"] * nb + ["parallel", "reduction", "parallel"]
 
 
 def _fusable_concats(fn: ast.Function) -> set[str]:
@@ -280,19 +292,11 @@ class _FunctionLowering:
             offset = offset + operand.type.dims[e.axis]
         return out
 
-    def _matmul_maps(self, rank: int):
-        nb = rank - 2
-        n = nb + 3  # iteration domain: batch..., i, k, j
-        d = _affine_dims(n)
-        b, i, k, j = d[:nb], d[nb], d[nb + 1], d[nb + 2]
-        maps = [_map(n, [*b, i, k]), _map(n, [*b, k, j]), _map(n, [*b, i, j]), _map(n, [*b, k, j])]
-        return maps, ["parallel"] * nb + ["parallel", "reduction", "parallel"]
-
     def matmul(self, e: ast.MatMul, out: ir.Value) -> ir.Value:
         if isinstance(e.rhs, ast.Name) and e.rhs.id in self.pending:
             return self.matmul_fused_concat(e, out, *self.pending.pop(e.rhs.id))
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
-        maps, iterators = self._matmul_maps(e.type.rank)
+        maps, iterators = _matmul_maps(e.type.rank)
         zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
         return self.generic([lhs, rhs], linalg.fill(zero, outs=[out]), maps[:3], iterators,
                             lambda x, y, acc: arith.AddFOp(acc, arith.MulFOp(x, y).result).result)
@@ -310,7 +314,7 @@ class _FunctionLowering:
         rank, axis = e.type.rank, cat.axis
         with _loc(cat.loc):
             concat_out = dest if dest is not None else self.empty(cat.type)
-        maps, iterators = self._matmul_maps(rank)
+        maps, iterators = _matmul_maps(rank)
         zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
         acc = linalg.fill(zero, outs=[out])
         offset = Dim()
@@ -369,3 +373,135 @@ class _FunctionLowering:
                           lambda v, acc: arith.AddFOp(v, acc).result)
         return self.generic([ex, sm], out, [full, proj, full], par,
                             lambda v, s, _: arith.DivFOp(v, s).result)
+
+
+# The matmul loops (see `matmuls_to_loops`): how many rhs rows one pass over j
+# reads side by side, and how many bytes of a row one vector step covers.
+UNROLL_K = 8
+VECTOR_BYTES = 128
+
+
+def _is_plain_matmul(op) -> bool:
+    """A bufferized `linalg.generic` exactly as `matmul` emits it: ins (b..., i, k) and
+    (b..., k, j), one out (b..., i, j), body `acc + x * y`. The fused-concat matmuls
+    (two outs) are left to convert-linalg-to-loops: with their copy stores, reading
+    several rows at once measured slower."""
+    if op.name != "linalg.generic":
+        return False
+    ins, outs = list(op.opview.inputs), list(op.opview.outputs)
+    if len(ins) != 2 or len(outs) != 1 or not all(isinstance(v.type, ir.MemRefType) for v in ins + outs):
+        return False
+    rank = ir.MemRefType(outs[0].type).rank
+    if rank < 2:
+        return False
+    maps, iterators = _matmul_maps(rank)
+    if [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]] != maps[:3]:
+        return False
+    if [str(a) for a in op.attributes["iterator_types"]] != [f"#linalg.iterator_type<{it}>" for it in iterators]:
+        return False
+    block = op.regions[0].blocks[0]
+    body = list(block.operations)
+    if [o.name for o in body] != ["arith.mulf", "arith.addf", "linalg.yield"]:
+        return False
+    x, y, acc = block.arguments
+    mul, add, yld = body
+    return (list(mul.operands) == [x, y] and list(add.operands) == [acc, mul.result]
+            and list(yld.operands) == [add.result])
+
+
+def matmuls_to_loops(module: ir.Module, unroll: int = UNROLL_K, vector_bytes: int = VECTOR_BYTES) -> int:
+    """After bufferization: rewrite each plain matmul `linalg.generic` as an
+    unroll-and-jammed loop nest. Returns the count.
+
+    convert-linalg-to-loops would give (batch..., i, k, j) loops whose j loop streams
+    one rhs row at a time. Here, for each (batch..., i) and each block of `unroll`
+    consecutive k, one j loop reads those rows side by side (several read streams at
+    once) and adds their products to the accumulator in the order k, k+1, ...: every
+    output element still sums over k in ascending order, as fmul then fadd, so
+    results are bit-identical to the plain loops. The j loop steps by explicit
+    vectors of `vector_bytes` with a scalar tail; the last K mod `unroll` rows go
+    one at a time. Works for any static or symbolic sizes and any outer strides.
+    """
+    from mlir.dialects import memref, scf, vector
+    found = []
+
+    def visit(op):
+        if _is_plain_matmul(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        module.operation.walk(visit)
+        for op in found:
+            with ir.InsertionPoint(op), op.location:
+                _emit_matmul_loops(op, unroll, vector_bytes, memref, scf, vector)
+            op.erase()
+    return len(found)
+
+
+def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector) -> None:
+    (lhs, rhs), (acc,) = list(op.opview.inputs), list(op.opview.outputs)
+    acc_t = ir.MemRefType(acc.type)
+    rank, elt = acc_t.rank, acc_t.element_type
+    idx = ir.IndexType.get()
+
+    def cst(v):
+        return arith.ConstantOp(idx, v).result
+
+    def dim(m, a):
+        t = ir.MemRefType(m.type)
+        return cst(t.shape[a]) if t.shape[a] != DYN else memref.DimOp(m, cst(a)).result
+
+    def for_(lo, hi, step, body):
+        loop = scf.ForOp(lo, hi, step)
+        with ir.InsertionPoint(loop.body):
+            body(loop.induction_variable)
+            scf.YieldOp([])
+
+    zero, one = cst(0), cst(1)
+    sizes = [dim(acc, a) for a in range(rank)]  # batch..., I, N
+    K, N = dim(lhs, rank - 1), sizes[-1]
+    width = max(1, vector_bytes * 8 // elt.width)
+    vtype = ir.VectorType.get([width], elt)
+    use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
+
+    def rows(outer, k0, count):
+        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order."""
+        b = outer[:-1]
+        ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
+        xs = [memref.LoadOp(lhs, [*outer, k]).result for k in ks]
+
+        def step(j, vec):
+            if vec:
+                load = lambda m, ix: vector.LoadOp(vtype, m, ix).result
+                store = lambda v, m, ix: vector.StoreOp(v, m, ix)
+                xv = [vector.BroadcastOp(vtype, x).result for x in xs]
+            else:
+                load = lambda m, ix: memref.LoadOp(m, ix).result
+                store = lambda v, m, ix: memref.StoreOp(v, m, ix)
+                xv = xs
+            a = load(acc, [*outer, j])
+            for x, k in zip(xv, ks):
+                a = arith.AddFOp(a, arith.MulFOp(x, load(rhs, [*b, k, j])).result).result
+            store(a, acc, [*outer, j])
+
+        n_vec = zero
+        if use_vectors:
+            w = cst(width)
+            n_vec = arith.SubIOp(N, arith.RemUIOp(N, w).result).result
+            for_(zero, n_vec, w, lambda j: step(j, True))
+        for_(n_vec, N, one, lambda j: step(j, False))
+
+    def per_row(outer):
+        u = cst(unroll)
+        k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
+        for_(zero, k_main, u, lambda k: rows(outer, k, unroll))
+        for_(k_main, K, one, lambda k: rows(outer, k, 1))
+
+    def nest(a, outer):
+        if a == rank - 1:
+            per_row(outer)
+        else:
+            for_(zero, sizes[a], one, lambda iv: nest(a + 1, outer + [iv]))
+
+    nest(0, [])

@@ -37,7 +37,8 @@ BUFFERIZE = ",".join([
     "eliminate-empty-tensors",
     "one-shot-bufferize",
 ])
-# between the two: lower.copies_to_linalg (memref.copy -> linalg.copy)
+# between the two: lower.copies_to_linalg (memref.copy -> linalg.copy) and
+# lower.matmuls_to_loops (matmul generics -> unroll-and-jammed scf/vector loops)
 TO_LLVM = ",".join([
     "cse",  # merges equal subviews, so a slot copied onto itself folds away in canonicalize
     "canonicalize",
@@ -47,6 +48,7 @@ TO_LLVM = ",".join([
     "expand-strided-metadata",
     "lower-affine",
     "convert-scf-to-cf",
+    "convert-vector-to-llvm",
     "convert-math-to-llvm",
     "convert-arith-to-llvm",
     "convert-index-to-llvm",
@@ -55,7 +57,7 @@ TO_LLVM = ",".join([
     "convert-cf-to-llvm",
     "reconcile-unrealized-casts",
 ])
-PASS_PIPELINE = f"{BUFFERIZE},{TO_LLVM}"  # as one mlir-opt run, less the copy rewrite
+PASS_PIPELINE = f"{BUFFERIZE},{TO_LLVM}"  # as one mlir-opt run, less the copy and matmul rewrites
 
 
 @dataclass(frozen=True)
@@ -112,10 +114,11 @@ def _stage_mlir(b: Build) -> None:
 def _stage_lowered(b: Build) -> None:
     from mlir import ir
     from mlir.passmanager import PassManager
-    from .lower import copies_to_linalg
+    from .lower import copies_to_linalg, matmuls_to_loops
     for i, pipeline in enumerate((BUFFERIZE, TO_LLVM)):
         if i:
             copies_to_linalg(b.module)
+            matmuls_to_loops(b.module)
         before = b.module.operation.get_asm(enable_debug_info=True)
         with b.module.context:
             pm = PassManager.parse(f"builtin.module({pipeline})")
