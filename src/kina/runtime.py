@@ -69,15 +69,25 @@ def numpy_dtype(dtype: str) -> np.dtype | None:
     return np.dtype(name) if name else None
 
 
-def bind(sig: Signature, args: tuple) -> tuple[list[np.ndarray], dict[str, int]]:
-    """Check `args` against `sig`; return them C-contiguous, with the value of every dim name."""
-    name = sig.name
-    if len(args) != len(sig.params):
+def check_plan(sig: Signature) -> list:
+    """Per parameter, what `bind` checks; callers that bind often work it out once."""
+    plan = []
+    for pname, t in sig.params:
+        static = tuple((a, d.const) for a, d in enumerate(t.dims) if d.is_static)
+        symbols = tuple((a, d.symbol) for a, d in enumerate(t.dims) if d.symbol)
+        compound = tuple((a, d) for a, d in enumerate(t.dims) if not d.is_static and not d.symbol)
+        plan.append((pname, t, numpy_dtype(t.dtype), static, symbols, compound))
+    return plan
+
+
+def bind(sig: Signature, args: tuple, plan: list | None = None) -> tuple[list[np.ndarray], dict[str, int]]:
+    """Check `args` against `sig`; return them passable (see `passable`), with the value of every dim name."""
+    name, plan = sig.name, plan or check_plan(sig)
+    if len(args) != len(plan):
         names = ", ".join(n for n, _ in sig.params)
-        raise TypeError(f"{name}() takes {len(sig.params)} arguments ({names}), got {len(args)}")
+        raise TypeError(f"{name}() takes {len(plan)} arguments ({names}), got {len(args)}")
     arrays, env, where = [], {}, {}
-    for (pname, t), a in zip(sig.params, args):
-        want = numpy_dtype(t.dtype)
+    for (pname, t, want, static, symbols, _), a in zip(plan, args):
         if want is None:
             raise TypeError(f"{name}(): parameter '{pname}' is {t.dtype}, which NumPy cannot represent")
         if not isinstance(a, np.ndarray):
@@ -85,23 +95,25 @@ def bind(sig: Signature, args: tuple) -> tuple[list[np.ndarray], dict[str, int]]
                             f"{t.shape_str()}, got {type(a).__name__}")
         if a.dtype != want:
             raise TypeError(f"{name}(): parameter '{pname}' expects dtype {want} ({t.dtype}), got {a.dtype}")
-        if a.ndim != t.rank:
+        shape = a.shape
+        if len(shape) != t.rank:
             raise ValueError(f"{name}(): parameter '{pname}' expects rank {t.rank} {t.shape_str()}, "
-                             f"got rank {a.ndim} with shape {list(a.shape)}")
-        for axis, (d, n) in enumerate(zip(t.dims, a.shape)):
-            if d.is_static and d.const != n:
+                             f"got rank {a.ndim} with shape {list(shape)}")
+        for axis, value in static:
+            if shape[axis] != value:
                 raise ValueError(f"{name}(): parameter '{pname}' expects shape {t.shape_str()}, "
-                                 f"got {list(a.shape)} (dim {axis} is {n}, expected {d.const})")
-            if d.symbol:
-                if d.symbol in env and env[d.symbol] != n:
-                    raise ValueError(f"{name}(): dim {d.symbol} is {env[d.symbol]} from {where[d.symbol]} "
-                                     f"but {n} from {pname} (dim {axis})")
-                env[d.symbol], where[d.symbol] = n, pname
+                                 f"got {list(shape)} (dim {axis} is {shape[axis]}, expected {value})")
+        for axis, sym in symbols:
+            n = shape[axis]
+            if sym in env and env[sym] != n:
+                raise ValueError(f"{name}(): dim {sym} is {env[sym]} from {where[sym]} but {n} from {pname} (dim {axis})")
+            env[sym], where[sym] = n, pname
         arrays.append(a if passable(a) else np.ascontiguousarray(a))
-    for (pname, t), a in zip(sig.params, arrays):  # compound dims like S+1 in a parameter
-        for axis, (d, n) in enumerate(zip(t.dims, a.shape)):
-            if not d.is_static and not d.symbol and d.evaluate(env) != n:
-                raise ValueError(f"{name}(): parameter '{pname}' dim {axis} must be {d} = {d.evaluate(env)}, got {n}")
+    for (pname, *_, compound), a in zip(plan, arrays):  # compound dims like S+1 in a parameter
+        for axis, d in compound:
+            if d.evaluate(env) != a.shape[axis]:
+                raise ValueError(f"{name}(): parameter '{pname}' dim {axis} must be {d} = {d.evaluate(env)}, "
+                                 f"got {a.shape[axis]}")
     return arrays, env
 
 
@@ -115,6 +127,7 @@ class Function:
     def __init__(self, module: "Module", sig: Signature, cfunc):
         self._module, self.signature, self._cfunc = module, sig, cfunc
         self.__name__ = sig.name
+        self._plan = check_plan(sig)
         self._result_dtypes = [numpy_dtype(t.dtype) for t in sig.results]
 
     def __repr__(self) -> str:
@@ -124,7 +137,7 @@ class Function:
     def __call__(self, *args) -> tuple[np.ndarray, ...]:
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
-        arrays, env = bind(self.signature, args)
+        arrays, env = bind(self.signature, args, self._plan)
         outs = [np.empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env), self._result_dtypes)]
         self.call_into(arrays, outs)
         return tuple(outs)
