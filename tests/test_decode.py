@@ -4,7 +4,6 @@ The equivalences of issue 5 are the tests marked (a)-(e) below.
 """
 import importlib.util
 import io
-import time
 from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
@@ -235,25 +234,6 @@ def test_kernels_see_only_the_filled_prefix():
     cache.attend(q, 1.0)
     cache.step(q, *kv(rng, 1), 1.0)
     assert spy.sizes == [("score", 3), ("apply", 3), ("attend", 3), ("attend", 4)]
-
-
-def test_attend_cost_does_not_grow_with_max_seq_len():
-    rng = np.random.default_rng(8)
-    q = rand(rng, 1, 1, 1, 4)
-    k, v = kv(rng, 4, b=1, h=1, dh=4)
-
-    def best(t_max):
-        cache = KVCache(1, 1, 4, t_max)
-        cache.append(k, v)
-        cache.attend(q, 1.0)
-        times = []
-        for _ in range(30):
-            t0 = time.perf_counter()
-            cache.attend(q, 1.0)
-            times.append(time.perf_counter() - t0)
-        return min(times)
-    # 2^21 slots: touching them all would take milliseconds; the 4 filled ones take microseconds
-    assert best(1 << 21) < 5 * best(8)
 
 
 def test_unused_slots_never_change_a_result():

@@ -29,7 +29,6 @@ import pytest
 
 from conftest import check_against_numpy
 from kina import cli, syntax
-from kina.runtime import passable
 
 CORPUS = Path(__file__).resolve().parent / "errors"
 _ANNOTATION = re.compile(rb"//\s*(error|note): (\d+):(\d+): (.*?)\s*$")
@@ -169,13 +168,6 @@ let f = fn(a: tensor<F32, [0, 3], @host>, b: tensor<F32, [3, 0], @host>, c: tens
 """
 
 
-# Older runtimes' passable() refused zero-size results whose last dim is > 1 (NumPy gives
-# them strides of 0); with such a runtime these two must fail, with a fixed one they must pass.
-ZERO_SIZE_BUG = pytest.mark.xfail(not passable(np.empty((0, 2), np.float32)), raises=ValueError, strict=True,
-                                  reason="runtime.passable refuses zero-size results")
-
-
-@ZERO_SIZE_BUG
 def test_zero_dims_compile_and_run():
     r = np.random.default_rng(0)
     args = [r.standard_normal(s).astype(np.float32) for s in [(0, 3), (3, 0), (2, 0), (0, 4), (1, 1)]]
@@ -183,7 +175,6 @@ def test_zero_dims_compile_and_run():
     np.testing.assert_array_equal(got[1], np.zeros((2, 4), np.float32))  # a sum over K=0 is 0
 
 
-@ZERO_SIZE_BUG
 def test_symbolic_dim_of_0():
     source = """
 let f = fn(a: tensor<F32, [B, S], @host>, k: tensor<F32, [B, 1], @host>, w: tensor<F32, [S, 2], @host>)
