@@ -66,3 +66,23 @@ def test_inputs_are_not_modified_and_views_work():
         np.testing.assert_array_equal(w, g)
     for a, c in zip(args, copies):
         np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("shift", [0, 1, 3, 8, 15])
+def test_step_into_misaligned_out_buffers(shift):
+    """The fused cache copies use aligned non-temporal stores after a scalar head:
+    any alignment of the caller's out-buffers must give the same bits."""
+    from kina.runtime import bind, result_shapes
+    mod = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina")
+    args = kv_inputs(1, 3, 40, 77, seed=shift)
+    arrays, env = bind(mod.kv_step.signature, args)
+    outs = []
+    for shape in result_shapes(mod.kv_step.signature, env):
+        flat = np.full(int(np.prod(shape)) + 16, np.nan, np.float32)
+        outs.append(flat[shift:shift + int(np.prod(shape))].reshape(shape))
+    mod.kv_step.call_into(arrays, outs)
+    want = mod.kv_step(*args)
+    for got, ref in zip(outs, want):
+        np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(outs[0], np.concatenate([args[1], args[2]], axis=3))
+    np.testing.assert_array_equal(outs[1], np.concatenate([args[3], args[4]], axis=2))

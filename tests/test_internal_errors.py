@@ -86,7 +86,7 @@ def test_mlir_that_does_not_verify_is_an_internal_error(src, monkeypatch, capsys
 
 def test_failing_pass_is_an_internal_error_with_its_pipeline(src, monkeypatch, capsys):
     # Lowering func and arith to LLVM in place of bufferizing leaves tensor ops that the
-    # next pipeline (TO_LLVM) cannot legalize: the reproducer is its input and its pipeline.
+    # next pipeline (DEALLOCATE) cannot legalize: the reproducer is its input and its pipeline.
     monkeypatch.setattr(pipeline, "BUFFERIZE", "convert-func-to-llvm,convert-arith-to-llvm,reconcile-unrealized-casts")
     status, err = run(capsys, src, "--emit", "lowered")
     assert status == 2, err
@@ -94,8 +94,8 @@ def test_failing_pass_is_an_internal_error_with_its_pipeline(src, monkeypatch, c
     assert f'"{src}":1:12: failed to legalize' in err, "the pass error points back into the .kina source"
     repro = reproducer_path(err)
     text = repro.read_text()
-    assert f"--pass-pipeline='builtin.module({pipeline.TO_LLVM})'" in text
-    proc = mlir_opt(repro, f"--pass-pipeline=builtin.module({pipeline.TO_LLVM})")
+    assert f"--pass-pipeline='builtin.module({pipeline.DEALLOCATE})'" in text
+    proc = mlir_opt(repro, f"--pass-pipeline=builtin.module({pipeline.DEALLOCATE})")
     assert proc.returncode != 0 and "failed to legalize operation 'bufferization.to_tensor'" in proc.stderr, \
         "the reproducer must fail the same way"
     assert not src.with_suffix(".so").exists()

@@ -379,39 +379,42 @@ class _FunctionLowering:
 # reads side by side, and how many bytes of a row one vector step covers.
 UNROLL_K = 8
 VECTOR_BYTES = 128
+NT_ALIGN = 64  # bytes: what a non-temporal vector store needs
 
 
-def _is_plain_matmul(op) -> bool:
-    """A bufferized `linalg.generic` exactly as `matmul` emits it: ins (b..., i, k) and
-    (b..., k, j), one out (b..., i, j), body `acc + x * y`. The fused-concat matmuls
-    (two outs) are left to convert-linalg-to-loops: with their copy stores, reading
-    several rows at once measured slower."""
+def _matmul_kind(op) -> str | None:
+    """"plain" for a bufferized `linalg.generic` exactly as `matmul` emits it: ins
+    (b..., i, k) and (b..., k, j), one out (b..., i, j), body `acc + x * y`; "fused"
+    for the same with a second out (b..., k, j) that receives y (a concat's copy,
+    see `_fusable_concats`); None for anything else."""
     if op.name != "linalg.generic":
-        return False
+        return None
     ins, outs = list(op.opview.inputs), list(op.opview.outputs)
-    if len(ins) != 2 or len(outs) != 1 or not all(isinstance(v.type, ir.MemRefType) for v in ins + outs):
-        return False
+    if len(ins) != 2 or len(outs) not in (1, 2) or not all(isinstance(v.type, ir.MemRefType) for v in ins + outs):
+        return None
     rank = ir.MemRefType(outs[0].type).rank
     if rank < 2:
-        return False
+        return None
     maps, iterators = _matmul_maps(rank)
-    if [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]] != maps[:3]:
-        return False
+    if [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]] != maps[:2 + len(outs)]:
+        return None
     if [str(a) for a in op.attributes["iterator_types"]] != [f"#linalg.iterator_type<{it}>" for it in iterators]:
-        return False
+        return None
     block = op.regions[0].blocks[0]
     body = list(block.operations)
     if [o.name for o in body] != ["arith.mulf", "arith.addf", "linalg.yield"]:
-        return False
-    x, y, acc = block.arguments
+        return None
+    x, y, acc = list(block.arguments)[:3]
     mul, add, yld = body
-    return (list(mul.operands) == [x, y] and list(add.operands) == [acc, mul.result]
-            and list(yld.operands) == [add.result])
+    copied = [y] if len(outs) == 2 else []
+    if list(mul.operands) == [x, y] and list(add.operands) == [acc, mul.result] and \
+            list(yld.operands) == [add.result, *copied]:
+        return "fused" if copied else "plain"
+    return None
 
 
 def matmuls_to_loops(module: ir.Module, unroll: int = UNROLL_K, vector_bytes: int = VECTOR_BYTES) -> int:
-    """After bufferization: rewrite each plain matmul `linalg.generic` as an
-    unroll-and-jammed loop nest. Returns the count.
+    """After bufferization: rewrite each matmul `linalg.generic` as explicit loops. Returns the count.
 
     convert-linalg-to-loops would give (batch..., i, k, j) loops whose j loop streams
     one rhs row at a time. Here, for each (batch..., i) and each block of `unroll`
@@ -421,26 +424,40 @@ def matmuls_to_loops(module: ir.Module, unroll: int = UNROLL_K, vector_bytes: in
     results are bit-identical to the plain loops. The j loop steps by explicit
     vectors of `vector_bytes` with a scalar tail; the last K mod `unroll` rows go
     one at a time. Works for any static or symbolic sizes and any outer strides.
+
+    A fused matmul (one that also copies its rhs into a concat's slot) goes one row
+    at a time and writes the copy with non-temporal stores: the copy is not read
+    again here, so it need not be read into the cache before it is written, nor
+    evict what is there. Vector ones must be aligned, so each row's j loop starts
+    with scalar steps up to the first `NT_ALIGN`-byte boundary of the slot row;
+    those and the tail are non-temporal too, so that every cache line of the slot
+    is written by non-temporal stores alone (a line written partly both ways
+    measured 2x slower). `fence_nontemporal_stores` then orders them before the
+    function returns.
     """
     from mlir.dialects import memref, scf, vector
     found = []
 
     def visit(op):
-        if _is_plain_matmul(op):
-            found.append(op)
+        kind = _matmul_kind(op)
+        if kind:
+            found.append((op, kind))
         return ir.WalkResult.ADVANCE
 
     with module.context:
         module.operation.walk(visit)
-        for op in found:
+        for op, kind in found:
             with ir.InsertionPoint(op), op.location:
-                _emit_matmul_loops(op, unroll, vector_bytes, memref, scf, vector)
+                _emit_matmul_loops(op, unroll if kind == "plain" else 1, vector_bytes, memref, scf, vector,
+                                   nontemporal=kind == "fused")
             op.erase()
     return len(found)
 
 
-def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector) -> None:
-    (lhs, rhs), (acc,) = list(op.opview.inputs), list(op.opview.outputs)
+def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, nontemporal: bool = False) -> None:
+    lhs, rhs = list(op.opview.inputs)
+    acc, *slot = list(op.opview.outputs)
+    slot = slot[0] if slot else None
     acc_t = ir.MemRefType(acc.type)
     rank, elt = acc_t.rank, acc_t.element_type
     idx = ir.IndexType.get()
@@ -461,17 +478,23 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector) 
     zero, one = cst(0), cst(1)
     sizes = [dim(acc, a) for a in range(rank)]  # batch..., I, N
     K, N = dim(lhs, rank - 1), sizes[-1]
-    width = max(1, vector_bytes * 8 // elt.width)
+    elt_bytes = elt.width // 8
+    width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
+    if slot is not None:  # where slot rows start, to align the non-temporal stores
+        meta = memref.ExtractStridedMetadataOp(slot)
+        slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result
+        slot_offset, slot_strides = meta.offset, list(meta.strides)
 
-    def rows(outer, k0, count):
-        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order."""
+    def rows(outer, k0, count, nt):
+        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
+        (and slot[b, k, :] = rhs[b, k, :] when fused, with non-temporal stores if `nt`)."""
         b = outer[:-1]
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
         xs = [memref.LoadOp(lhs, [*outer, k]).result for k in ks]
 
-        def step(j, vec):
+        def step(j, vec, nt):
             if vec:
                 load = lambda m, ix: vector.LoadOp(vtype, m, ix).result
                 store = lambda v, m, ix: vector.StoreOp(v, m, ix)
@@ -482,26 +505,79 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector) 
                 xv = xs
             a = load(acc, [*outer, j])
             for x, k in zip(xv, ks):
-                a = arith.AddFOp(a, arith.MulFOp(x, load(rhs, [*b, k, j])).result).result
+                y = load(rhs, [*b, k, j])
+                a = arith.AddFOp(a, arith.MulFOp(x, y).result).result
+                if slot is not None:
+                    if vec and nt:
+                        vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
+                    elif nt:
+                        memref.StoreOp(y, slot, [*b, k, j], nontemporal=True)
+                    else:
+                        store(y, slot, [*b, k, j])
             store(a, acc, [*outer, j])
 
-        n_vec = zero
+        start = zero
+        if nt and use_vectors:  # scalar steps up to the slot row's first NT_ALIGN-byte boundary (at most N)
+            lin = slot_offset
+            for i, stride in zip([*b, ks[0]], slot_strides[:-1]):
+                lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
+            addr = arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
+            gap = arith.RemUIOp(arith.SubIOp(cst(NT_ALIGN), arith.RemUIOp(addr, cst(NT_ALIGN)).result).result,
+                                cst(NT_ALIGN)).result
+            start = arith.MinUIOp(arith.DivUIOp(gap, cst(elt_bytes)).result, N).result
+            for_(zero, start, one, lambda j: step(j, False, nt))
+        n_vec = start
         if use_vectors:
             w = cst(width)
-            n_vec = arith.SubIOp(N, arith.RemUIOp(N, w).result).result
-            for_(zero, n_vec, w, lambda j: step(j, True))
-        for_(n_vec, N, one, lambda j: step(j, False))
+            left = arith.SubIOp(N, start).result
+            n_vec = arith.AddIOp(start, arith.SubIOp(left, arith.RemUIOp(left, w).result).result).result
+            for_(start, n_vec, w, lambda j: step(j, True, nt))
+        for_(n_vec, N, one, lambda j: step(j, False, nt))
 
-    def per_row(outer):
+    def per_row(outer, nt):
         u = cst(unroll)
         k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
-        for_(zero, k_main, u, lambda k: rows(outer, k, unroll))
-        for_(k_main, K, one, lambda k: rows(outer, k, 1))
+        for_(zero, k_main, u, lambda k: rows(outer, k, unroll, nt))
+        for_(k_main, K, one, lambda k: rows(outer, k, 1, nt))
 
-    def nest(a, outer):
+    def nest(a, outer, nt):
         if a == rank - 1:
-            per_row(outer)
+            per_row(outer, nt)
         else:
-            for_(zero, sizes[a], one, lambda iv: nest(a + 1, outer + [iv]))
+            for_(zero, sizes[a], one, lambda iv: nest(a + 1, outer + [iv], nt))
 
-    nest(0, [])
+    nest(0, [], nontemporal)
+
+
+def fence_nontemporal_stores(module: ir.Module) -> int:
+    """Put a fence before each return of a function that makes non-temporal stores.
+
+    Non-temporal stores are weakly ordered; the fence makes them visible, like any
+    other store, to whoever reads the results once the call has returned.
+    """
+    from mlir.dialects import llvm
+    returns = []
+
+    def visit(fn):
+        if fn.name != "func.func":
+            return ir.WalkResult.ADVANCE
+        nontemporal, rets = [], []
+
+        def inner(op):
+            if op.name == "vector.store" and "nontemporal" in op.attributes:
+                nontemporal.append(op)
+            elif op.name == "func.return":
+                rets.append(op)
+            return ir.WalkResult.ADVANCE
+
+        fn.walk(inner)
+        if nontemporal:
+            returns.extend(rets)
+        return ir.WalkResult.SKIP
+
+    with module.context:
+        module.operation.walk(visit)
+        for ret in returns:
+            with ir.InsertionPoint(ret), ret.location:
+                llvm.FenceOp(llvm.AtomicOrdering.seq_cst)
+    return len(returns)

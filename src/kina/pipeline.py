@@ -37,13 +37,15 @@ BUFFERIZE = ",".join([
     "eliminate-empty-tensors",
     "one-shot-bufferize",
 ])
-# between the two: lower.copies_to_linalg (memref.copy -> linalg.copy) and
-# lower.matmuls_to_loops (matmul generics -> unroll-and-jammed scf/vector loops)
-TO_LLVM = ",".join([
+# then, after Kina's own rewrites in lower.py (copies_to_linalg, matmuls_to_loops):
+DEALLOCATE = ",".join([
     "cse",  # merges equal subviews, so a slot copied onto itself folds away in canonicalize
     "canonicalize",
     "buffer-deallocation-pipeline",
     "convert-bufferization-to-memref",
+])
+# then, after lower.fence_nontemporal_stores (the dealloc analysis rejects a fence):
+TO_LLVM = ",".join([
     "convert-linalg-to-loops",
     "expand-strided-metadata",
     "lower-affine",
@@ -57,7 +59,7 @@ TO_LLVM = ",".join([
     "convert-cf-to-llvm",
     "reconcile-unrealized-casts",
 ])
-PASS_PIPELINE = f"{BUFFERIZE},{TO_LLVM}"  # as one mlir-opt run, less the copy and matmul rewrites
+PASS_PIPELINE = f"{BUFFERIZE},{DEALLOCATE},{TO_LLVM}"  # as one mlir-opt run, without Kina's rewrites
 
 
 @dataclass(frozen=True)
@@ -114,21 +116,23 @@ def _stage_mlir(b: Build) -> None:
 def _stage_lowered(b: Build) -> None:
     from mlir import ir
     from mlir.passmanager import PassManager
-    from .lower import copies_to_linalg, matmuls_to_loops
-    for i, pipeline in enumerate((BUFFERIZE, TO_LLVM)):
-        if i:
-            copies_to_linalg(b.module)
-            matmuls_to_loops(b.module)
+    from . import lower
+    steps = [BUFFERIZE, lower.copies_to_linalg, lower.matmuls_to_loops, DEALLOCATE,
+             lower.fence_nontemporal_stores, TO_LLVM]
+    for step in steps:
+        if callable(step):
+            step(b.module)
+            continue
         before = b.module.operation.get_asm(enable_debug_info=True)
         with b.module.context:
-            pm = PassManager.parse(f"builtin.module({pipeline})")
+            pm = PassManager.parse(f"builtin.module({step})")
             if b.options.print_ir_after_all:
                 pm.enable_ir_printing()
             try:
                 pm.run(b.module.operation)
             except ir.MLIRError as e:
                 raise InternalError(f"the pass pipeline failed on the generated MLIR:\n{e}",
-                                    _reproducer(b, before, pipeline)) from None
+                                    _reproducer(b, before, step)) from None
 
 
 def _stage_llvm(b: Build) -> None:
