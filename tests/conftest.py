@@ -10,6 +10,7 @@ the diff before committing.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,24 @@ import kina
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+DYN_TEXT = (EXAMPLES / "storylm0_kv_step_dyn.kina").read_text()
+
+
+def specialize(text: str, **env: int) -> str:
+    """The same program with every symbolic dim in its types replaced by its value."""
+    from kina.types import Dim
+
+    def dims(m):
+        return m.group(1) + "[" + ", ".join(str(Dim.parse(d).evaluate(env)) for d in m.group(2).split(",")) + "]"
+    return re.sub(r"(tensor<\w+, )\[([^\]]*)\]", dims, text)
+
+
+def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):
+    """Seeded inputs of the Section 19 step: q_new, k_past, k_new, v_past, v_new, scale."""
+    rng = np.random.default_rng(seed)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)
+    return r(B, H, 1, Dh), r(B, H, Dh, S), r(B, H, Dh, 1), r(B, H, S, Dh), r(B, H, 1, Dh), \
+        np.full((1, 1, 1, 1), 1 / np.sqrt(max(Dh, 1)), dtype)
 
 
 def pytest_addoption(parser):

@@ -5,22 +5,12 @@ import numpy as np
 import pytest
 
 import kina
-from conftest import EXAMPLES, check_against_numpy
-
-
-def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):
-    rng = np.random.default_rng(seed)
-    r = lambda *s: rng.standard_normal(s).astype(dtype)
-    return r(B, H, 1, Dh), r(B, H, Dh, S), r(B, H, Dh, 1), r(B, H, S, Dh), r(B, H, 1, Dh), np.full((1, 1, 1, 1), 0.5, dtype)
+from conftest import DYN_TEXT, EXAMPLES, check_against_numpy, kv_inputs, specialize
 
 
 def kv_source(B, H, Dh, S, dtype="F32"):
-    text = (EXAMPLES / "storylm0_kv_step.kina").read_text()
-    for old, new in [("[1, 2, 1, 2]", f"[{B}, {H}, 1, {Dh}]"), ("[1, 2, 2, 3]", f"[{B}, {H}, {Dh}, {S}]"),
-                     ("[1, 2, 2, 1]", f"[{B}, {H}, {Dh}, 1]"), ("[1, 2, 3, 2]", f"[{B}, {H}, {S}, {Dh}]"),
-                     ("[1, 2, 2, 4]", f"[{B}, {H}, {Dh}, {S + 1}]"), ("[1, 2, 4, 2]", f"[{B}, {H}, {S + 1}, {Dh}]")]:
-        text = text.replace(old, new)
-    return text.replace("F32", dtype)
+    """The static example at other sizes and dtypes."""
+    return specialize(DYN_TEXT, B=B, H=H, Dh=Dh, S=S).replace("F32", dtype)
 
 
 def test_example_matches_numpy():

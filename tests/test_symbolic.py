@@ -16,26 +16,9 @@ import pytest
 import kina
 from kina import pipeline
 
-from conftest import EXAMPLES, assert_same
+from conftest import DYN_TEXT, EXAMPLES, assert_same, kv_inputs, specialize
 
 DYN = EXAMPLES / "storylm0_kv_step_dyn.kina"
-DYN_TEXT = DYN.read_text()
-
-
-def specialize(text: str, **env: int) -> str:
-    """The same program with every symbolic dim in its types replaced by its value."""
-    from kina.types import Dim
-
-    def dims(m):
-        return m.group(1) + "[" + ", ".join(str(Dim.parse(d).evaluate(env)) for d in m.group(2).split(",")) + "]"
-    return re.sub(r"(tensor<\w+, )\[([^\]]*)\]", dims, text)
-
-
-def kv_inputs(B, H, Dh, S, seed=0):
-    rng = np.random.default_rng(seed)
-    r = lambda *s: rng.standard_normal(s).astype(np.float32)
-    return r(B, H, 1, Dh), r(B, H, Dh, S), r(B, H, Dh, 1), r(B, H, S, Dh), r(B, H, 1, Dh), \
-        np.full((1, 1, 1, 1), 1 / np.sqrt(Dh), np.float32)
 
 
 def reference(q, k_past, k_new, v_past, v_new, scale):
