@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         torch_note = f"PyTorch {torch.__version__}"
     except ImportError:
         torch = None
-        torch_note = "PyTorch is not installed: comparing against NumPy only"
+        torch_note = "PyTorch is not installed: comparing against NumPy only (pip install -e '.[bench]' adds it)"
     print(f"kv_step{tuple(n for n, _ in step.signature.params)}; {torch_note}\n")
     failures = 0
     print(f"{'inputs':<22}{'k_next':>10}{'v_next':>10}{'context rel.err':>18}{'torch rel.err':>16}  verdict")
