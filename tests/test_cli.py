@@ -123,7 +123,7 @@ def test_emit_typed_symbolic(capsys):
 def test_emit_mlir(capsys, example):
     rc, out, _ = main(capsys, example, "--emit", "mlir")
     assert rc == 0
-    assert "func.func @kv_step" in out and "tensor.insert_slice" in out and "tensor.concat" not in out
+    assert "func.func @kina_kv_step" in out and "tensor.insert_slice" in out and "tensor.concat" not in out
     assert "loc(" not in out
     rc, with_locs, _ = main(capsys, example, "--emit", "mlir", "--locs")
     assert f'loc("{example}":16:16)' in with_locs
@@ -132,14 +132,14 @@ def test_emit_mlir(capsys, example):
 def test_emit_lowered(capsys, example):
     rc, out, _ = main(capsys, example, "--emit", "lowered")
     assert rc == 0
-    assert "llvm.func @kv_step" in out and "llvm.func @_mlir_ciface_kv_step" in out
+    assert "llvm.func @kina_kv_step" in out and "llvm.func @_mlir_ciface_kina_kv_step" in out
     assert not re.search(r"\b(tensor|linalg|memref|bufferization)\.\w+ ", out)
 
 
 def test_emit_llvm(capsys, example):
     rc, out, _ = main(capsys, example, "--emit", "llvm")
     assert rc == 0
-    assert re.search(r"^define .*@_mlir_ciface_kv_step\(", out, re.M)
+    assert re.search(r"^define .*@_mlir_ciface_kina_kv_step\(", out, re.M)
     assert "target triple" in out
 
 
@@ -150,7 +150,7 @@ def test_emit_obj(capsys, example):
     data = obj.read_bytes()
     assert data[:4] == b"\x7fELF"
     symbols = subprocess.run(["nm", str(obj)], capture_output=True, text=True).stdout
-    assert re.search(r"\bT _mlir_ciface_kv_step$", symbols, re.M)
+    assert re.search(r"\bT _mlir_ciface_kina_kv_step$", symbols, re.M)
 
 
 def test_emit_so_default_next_to_source(capsys, example):
@@ -168,7 +168,7 @@ def test_emit_so_default_next_to_source(capsys, example):
 def test_output_option(capsys, example, tmp_path):
     rc, out, _ = main(capsys, example, "--emit", "mlir", "-o", tmp_path / "out.mlir")
     assert rc == 0 and out == ""
-    assert "func.func @kv_step" in (tmp_path / "out.mlir").read_text()
+    assert "func.func @kina_kv_step" in (tmp_path / "out.mlir").read_text()
     rc, _, _ = main(capsys, example, "-o", tmp_path / "sub" / "dir" / "step.so")
     assert rc == 0
     assert (tmp_path / "sub" / "dir" / "step.so").is_file() and (tmp_path / "sub" / "dir" / "step.json").is_file()
@@ -202,7 +202,7 @@ def test_dump_dir_stops_at_emit(capsys, example, tmp_path):
 def test_print_ir_after_all(example):
     proc = kinac(example, "--emit", "lowered", "--print-ir-after-all")
     assert proc.returncode == 0
-    assert "IR Dump After" in proc.stderr and "llvm.func @kv_step" in proc.stdout
+    assert "IR Dump After" in proc.stderr and "llvm.func @kina_kv_step" in proc.stdout
 
 
 def test_version():

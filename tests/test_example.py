@@ -62,17 +62,34 @@ def test_inputs_are_not_modified_and_views_work():
 def test_step_into_misaligned_out_buffers(shift):
     """The fused cache copies use aligned non-temporal stores after a scalar head:
     any alignment of the caller's out-buffers must give the same bits."""
-    from kina.runtime import bind, result_shapes
     mod = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina")
     args = kv_inputs(1, 3, 40, 77, seed=shift)
-    arrays, env = bind(mod.kv_step.signature, args)
     outs = []
-    for shape in result_shapes(mod.kv_step.signature, env):
+    for shape in [(1, 3, 40, 78), (1, 3, 78, 40), (1, 3, 1, 40)]:
         flat = np.full(int(np.prod(shape)) + 16, np.nan, np.float32)
         outs.append(flat[shift:shift + int(np.prod(shape))].reshape(shape))
-    mod.kv_step.call_into(arrays, outs)
+    mod.kv_step.call_into(args, outs)
     want = mod.kv_step(*args)
     for got, ref in zip(outs, want):
         np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(outs[0], np.concatenate([args[1], args[2]], axis=3))
     np.testing.assert_array_equal(outs[1], np.concatenate([args[3], args[4]], axis=2))
+
+
+def test_call_into_checks_its_outs():
+    mod = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina")
+    args = kv_inputs(1, 2, 4, 5)
+    good = [np.empty(s, np.float32) for s in [(1, 2, 4, 6), (1, 2, 6, 4), (1, 2, 1, 4)]]
+    with pytest.raises(TypeError, match=r"outs must be a list of 3 arrays"):
+        mod.kv_step.call_into(args, good[:1])
+    with pytest.raises(ValueError, match=r"out 0 must be a float32 array of shape \[1, 2, 4, 6\], got float32 \[1, 1, 1, 1\]"):
+        mod.kv_step.call_into(args, [np.empty((1, 1, 1, 1), np.float32), *good[1:]])
+    with pytest.raises(ValueError, match=r"out 2 overlaps another argument or out"):
+        mod.kv_step.call_into(args, [*good[:2], args[0]])
+    frozen = good[2].copy()
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match=r"out 2 must be writable"):
+        mod.kv_step.call_into(args, [*good[:2], frozen])
+    mod.kv_step.call_into(args, good)
+    for got, want in zip(good, mod.kv_step(*args)):
+        np.testing.assert_array_equal(got, want)

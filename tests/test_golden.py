@@ -64,7 +64,7 @@ def test_concat_is_insert_slice_never_tensor_concat(name, emitted):
     text = emitted[name]
     assert text.count("tensor.insert_slice") >= 2  # at least one per concat: k_next and v_next
     assert "tensor.concat" not in text
-    assert "func.func @kv_step" in text and "llvm.emit_c_interface" in text
+    assert "func.func @kina_kv_step" in text and "llvm.emit_c_interface" in text
 
 
 def test_symbolic_example_uses_dynamic_dims(emitted):
@@ -129,6 +129,6 @@ def test_mlir_opt_accepts_the_golden_with_the_pass_pipeline(name, mlir_opt):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "llvm.func @kv_step" in out and "llvm.func @_mlir_ciface_kv_step" in out
+    assert "llvm.func @kina_kv_step" in out and "llvm.func @_mlir_ciface_kina_kv_step" in out
     leftover = re.findall(r"\b(?:tensor|linalg|bufferization|memref|scf)\.\w+ ", out)
     assert not leftover, f"not lowered to the LLVM dialect: {sorted(set(leftover))}"

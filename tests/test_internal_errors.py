@@ -77,7 +77,7 @@ def test_mlir_that_does_not_verify_is_an_internal_error(src, monkeypatch, capsys
     assert "This is a bug in kinac, not in your program." in err
     repro = reproducer_path(err)
     text = repro.read_text()
-    assert f"internal kinac error on {src}" in text and "func.func @f" in text
+    assert f"internal kinac error on {src}" in text and "func.func @kina_f" in text
     assert 'loc("' in text or "loc(#loc" in text, "the reproducer keeps source locations"
     # and it reproduces: mlir-opt refuses the same module
     proc = mlir_opt(repro)

@@ -202,7 +202,7 @@ def test_sidecar_naming_a_function_the_so_lacks(so, tmp_path):
     sidecar = json.loads(path.with_suffix(".json").read_text())
     sidecar["functions"][0]["name"] = "g"
     path.with_suffix(".json").write_text(json.dumps(sidecar))
-    with pytest.raises(LoadError, match="sidecar lists function 'g' but the .so has no _mlir_ciface_g"):
+    with pytest.raises(LoadError, match="sidecar lists function 'g' but the .so has no _mlir_ciface_kina_g"):
         load(path)
 
 

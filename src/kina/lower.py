@@ -4,7 +4,7 @@ In:  an `ast.Program` returned by `check.check` (every expression typed).
 Out: an `mlir.ir.Module`, built with the MLIR Python bindings' builders.
 
 Guarantees:
-  * one `func.func` per Kina function, with `llvm.emit_c_interface`, in
+  * one `func.func @kina_<name>` per Kina function, with `llvm.emit_c_interface`, in
     destination-passing style: parameters then one out-buffer per result, each a
     memref with unit innermost stride and any outer strides (see `memref_type`);
     the body works on tensors between `to_tensor` and `materialize_in_destination`;
@@ -34,6 +34,9 @@ from .diagnostics import KinaError
 from .types import DTYPES, Dim, TensorType
 
 DYN = ir.ShapedType.get_dynamic_size()
+# Exported names are prefixed, so that a Kina function called `exp` or `free` cannot
+# replace the libm/libc function the generated code calls.
+SYMBOL_PREFIX = "kina_"
 DYN_STRIDE = ir.ShapedType.get_dynamic_stride_or_offset()
 
 
@@ -166,7 +169,7 @@ class _FunctionLowering:
         sig = self.fn.sig
         with _loc(self.fn.loc):
             ftype = ir.FunctionType.get([memref_type(t) for _, t in sig.params] + [memref_type(t) for t in sig.results], [])
-            op = func.FuncOp(self.fn.name, ftype)
+            op = func.FuncOp(SYMBOL_PREFIX + self.fn.name, ftype)
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
             block = op.add_entry_block()
         with ir.InsertionPoint(block):
@@ -293,15 +296,17 @@ class _FunctionLowering:
         return out
 
     def matmul(self, e: ast.MatMul, out: ir.Value) -> ir.Value:
+        lhs = self.expr(e.lhs)  # first: if it reads the concat too, that computes the concat on its own
         if isinstance(e.rhs, ast.Name) and e.rhs.id in self.pending:
-            return self.matmul_fused_concat(e, out, *self.pending.pop(e.rhs.id))
-        lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
+            return self.matmul_fused_concat(e, lhs, out, *self.pending.pop(e.rhs.id))
+        rhs = self.expr(e.rhs)
         maps, iterators = _matmul_maps(e.type.rank)
         zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
         return self.generic([lhs, rhs], linalg.fill(zero, outs=[out]), maps[:3], iterators,
                             lambda x, y, acc: arith.AddFOp(acc, arith.MulFOp(x, y).result).result)
 
-    def matmul_fused_concat(self, e: ast.MatMul, out: ir.Value, name: str, cat: ast.Concat, dest) -> ir.Value:
+    def matmul_fused_concat(self, e: ast.MatMul, lhs: ir.Value, out: ir.Value, name: str, cat: ast.Concat,
+                            dest) -> ir.Value:
         """`lhs @ concat(a, b)` in one pass over `a` and `b`, also writing the concat.
 
         The matmul is split along the concat axis: by output column when it is the
@@ -310,7 +315,6 @@ class _FunctionLowering:
         product and the operand's copy into the concat's slot. Each output element
         sums over k in the same order as the unfused matmul, so results are identical.
         """
-        lhs = self.expr(e.lhs)
         rank, axis = e.type.rank, cat.axis
         with _loc(cat.loc):
             concat_out = dest if dest is not None else self.empty(cat.type)
@@ -564,7 +568,7 @@ def fence_nontemporal_stores(module: ir.Module) -> int:
         nontemporal, rets = [], []
 
         def inner(op):
-            if op.name == "vector.store" and "nontemporal" in op.attributes:
+            if op.name in ("vector.store", "memref.store") and "nontemporal" in op.attributes:
                 nontemporal.append(op)
             elif op.name == "func.return":
                 rets.append(op)

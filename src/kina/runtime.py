@@ -13,7 +13,7 @@ element, or that is misaligned, is copied first. Results, whatever their size, a
 NumPy and filled by the callee (out-params), so NumPy owns and frees them.
 This module imports neither `mlir` nor `lark`.
 
-Calling convention (what `kinac` emits): `_mlir_ciface_<fn>(in_0*, ..., out_0*, ...)`
+Calling convention (what `kinac` emits): `_mlir_ciface_kina_<fn>(in_0*, ..., out_0*, ...)`
 where each pointer is a memref descriptor {allocated, aligned, offset, sizes[r], strides[r]}.
 """
 from __future__ import annotations
@@ -135,24 +135,41 @@ class Function:
         return f"<kina function {self.__name__}({params}) -> ({', '.join(map(str, self.signature.results))})>"
 
     def __call__(self, *args) -> tuple[np.ndarray, ...]:
-        if self._module.closed:
-            raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
-        arrays, env = bind(self.signature, args, self._plan)
+        """Check the arguments, allocate the results, run; returns the results."""
+        arrays, env = self._bind(args)
         outs = [np.empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env), self._result_dtypes)]
-        self.call_into(arrays, outs)
+        self._call(arrays, outs)
         return tuple(outs)
 
-    def call_into(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        """The raw call, writing the results into `outs`.
+    def call_into(self, args, outs) -> None:
+        """Like calling, but the results are written into `outs` (arrays of the result
+        shapes and dtypes, writable, unit innermost stride; views are fine). Every
+        argument and out is checked; an out may not overlap an input or another out."""
+        arrays, env = self._bind(args)
+        name, shapes = self.__name__, result_shapes(self.signature, env)
+        if not isinstance(outs, (list, tuple)) or len(outs) != len(shapes):
+            raise TypeError(f"{name}(): outs must be a list of {len(shapes)} arrays, got {outs!r:.60}")
+        for i, (o, shape, dtype) in enumerate(zip(outs, shapes, self._result_dtypes)):
+            if not isinstance(o, np.ndarray) or o.dtype != dtype or o.shape != shape:
+                got = f"{o.dtype} {list(o.shape)}" if isinstance(o, np.ndarray) else type(o).__name__
+                raise ValueError(f"{name}(): out {i} must be a {dtype} array of shape {list(shape)}, got {got}")
+            if not (o.flags.writeable and passable(o)):
+                raise ValueError(f"{name}(): out {i} must be writable, with unit innermost stride")
+            for other in [*args, *outs[:i]]:
+                if isinstance(other, np.ndarray) and np.shares_memory(o, other):
+                    raise ValueError(f"{name}(): out {i} overlaps another argument or out")
+        self._call(arrays, list(outs))
 
-        `arrays` must come from `bind`; `outs` must have the result shapes and dtypes,
-        be writable and `passable` (views are fine), and must not overlap the inputs.
-        """
+    def _bind(self, args):
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
-        for i, o in enumerate(outs):
-            if not (isinstance(o, np.ndarray) and o.flags.writeable and passable(o)):
-                raise ValueError(f"{self.__name__}(): out {i} must be a writable array with unit innermost stride")
+        return bind(self.signature, args, self._plan)
+
+    def _call(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        """The raw call, unchecked: `arrays` from `bind`, `outs` exactly as `call_into` requires.
+        Benchmarks use it to time the kernel alone; anything else should not."""
+        if self._module.closed:
+            raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
         descs = [_describe(a) for a in (*arrays, *outs)]
         self._cfunc(*[ctypes.byref(d) for d in descs])
 
@@ -162,15 +179,18 @@ class Module:
 
     def __init__(self, path: Path, sidecar: dict):
         self.path, self.sidecar, self.closed = path, sidecar, False
-        self._lib = ctypes.CDLL(str(path))
+        try:
+            self._lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise LoadError(f"{path}: cannot be loaded: {e}") from None
         self.functions: dict[str, Function] = {}
         for obj in sidecar["functions"]:
             sig = Signature.from_json(obj)
             try:
-                cfunc = getattr(self._lib, f"_mlir_ciface_{sig.name}")
+                cfunc = getattr(self._lib, f"_mlir_ciface_kina_{sig.name}")
             except AttributeError:
                 raise LoadError(f"{path}: sidecar lists function '{sig.name}' but the .so has no "
-                                f"_mlir_ciface_{sig.name}") from None
+                                f"_mlir_ciface_kina_{sig.name}") from None
             cfunc.restype = None
             cfunc.argtypes = None
             self.functions[sig.name] = Function(self, sig, cfunc)
