@@ -306,7 +306,10 @@ def test_example_types_and_signature():
     assert fn.sig == Signature("kv_step", (
         ("q_new", ty("B, H, 1, Dh")), ("k_past", ty("B, H, Dh, S")), ("k_new", ty("B, H, Dh, 1")),
         ("v_past", ty("B, H, S, Dh")), ("v_new", ty("B, H, 1, Dh")), ("scale", ty("1, 1, 1, 1"))),
-        (ty("B, H, Dh, S+1"), ty("B, H, S+1, Dh"), ty("B, H, 1, Dh")))
+        (ty("B, H, Dh, S+1"), ty("B, H, S+1, Dh"), ty("B, H, 1, Dh")),
+        # every intermediate, in the order checked, for the runtime's memory check
+        (ty("B, H, Dh, S+1"), ty("B, H, S+1, Dh"), ty("B, H, 1, S+1"), ty("B, H, 1, S+1"), ty("B, H, 1, S+1"),
+         ty("B, H, 1, Dh")))
     assert Signature.from_json(fn.sig.to_json()) == fn.sig
 
 

@@ -250,3 +250,23 @@ def test_portable_build_records_no_cpu_flags_and_runs(ref):
     assert sidecar["cpu"] == "x86-64" and sidecar["cpu_flags"] == []
     with load(portable) as module:
         agree(module, ref, *args(S=5))
+
+
+def test_intermediates_larger_than_memory_are_refused_before_the_call():
+    # a @ b is an N x N intermediate: at N = 2^20 that is 4 TiB, which the compiled
+    # code could not allocate (it would write through a null pointer), so the call is refused
+    source = """
+let f = fn(a: tensor<F32, [N, 1], @host>, b: tensor<F32, [1, N], @host>, c: tensor<F32, [N, 1], @host>)
+  -> (tensor<F32, [N, 1], @host>) {
+  let big = a @ b;
+  (big @ c)
+}
+"""
+    mod = kina.compile_source(source, "big.kina")
+    n = 1 << 20
+    col, row = np.ones((n, 1), np.float32), np.ones((1, n), np.float32)
+    with pytest.raises(ValueError, match=r"f\(\): at N=1048576 its intermediate tensors need 4398050705408 bytes, "
+                                         r"more than this machine's \d+ bytes of memory"):
+        mod.f(col, row, col)
+    small = np.arange(3, dtype=np.float32).reshape(3, 1)
+    np.testing.assert_allclose(mod.f(small, small.T, small)[0], (small @ small.T) @ small)

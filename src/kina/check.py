@@ -25,7 +25,7 @@ import dataclasses
 
 from . import ast
 from .diagnostics import KinaError, Loc
-from .types import DTYPES, PLACEMENTS, Dim, Signature, TensorType
+from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType
 
 MAX_TENSOR_BYTES = 1 << 40  # 1 TiB: past this a static shape is a typo, not a tensor
 
@@ -70,7 +70,7 @@ def _check_size(ty: TensorType, loc: Loc) -> None:
 
     Each dim's constant part is bounded on its own too, so a 0 elsewhere in the
     shape cannot hide a dim that overflows int64."""
-    itemsize = 2 if ty.dtype in ("F16", "BF16") else 4 if ty.dtype in ("F32", "I32") else 8
+    itemsize = DTYPE_BYTES[ty.dtype]
     limit = f"more than the {MAX_TENSOR_BYTES >> 30} GiB Kina allows for one tensor"
     elements = 1
     for i, d in enumerate(ty.dims):
@@ -91,6 +91,7 @@ class _FunctionChecker:
     def __init__(self, fn: ast.Function):
         self.fn = fn
         self.env: dict[str, tuple[TensorType, Loc]] = {}
+        self.temporaries: list[TensorType] = []
 
     def run(self) -> ast.Function:
         fn = self.fn
@@ -123,7 +124,7 @@ class _FunctionChecker:
             if got.type != want:
                 raise KinaError(got.loc, f"result {i} has type {got.type} but the function declares {want}",
                                 [(ann.loc, "declared here")])
-        sig = Signature(fn.name, tuple(params), declared)
+        sig = Signature(fn.name, tuple(params), declared, tuple(self.temporaries))
         return dataclasses.replace(fn, body=tuple(body), results=results, sig=sig)
 
     def _check_dim_names(self, params: list[tuple[str, TensorType]]) -> None:
@@ -145,6 +146,14 @@ class _FunctionChecker:
 
     # -- expressions ---------------------------------------------------------
     def expr(self, e: ast.Expr) -> ast.Expr:
+        """Type `e`; every tensor an operation makes is size-checked and recorded."""
+        typed = self._expr(e)
+        if not isinstance(e, ast.Name):
+            _check_size(typed.type, e.loc)  # concat, matmul and broadcasting all grow tensors
+            self.temporaries.append(typed.type)
+        return typed
+
+    def _expr(self, e: ast.Expr) -> ast.Expr:
         if isinstance(e, ast.Name):
             if e.id not in self.env:
                 later = [(let.loc, f"'{e.id}' is defined here, after its use") for let in self.fn.body
@@ -196,7 +205,6 @@ class _FunctionChecker:
                                        f"(only the axis {e.axis} dim may differ)", self._notes(("lhs", e.lhs), ("rhs", e.rhs)))
         dims = tuple(x + y if i == e.axis else x for i, (x, y) in enumerate(zip(a.dims, b.dims)))
         ty = TensorType(a.dtype, dims, a.placement)
-        _check_size(ty, e.loc)  # concat is the one operation that grows a tensor
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=ty)
 
     def matmul(self, e: ast.MatMul) -> ast.Expr:

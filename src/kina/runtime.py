@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,16 @@ def numpy_dtype(dtype: str) -> np.dtype | None:
     return np.dtype(name) if name else None
 
 
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+MEMORY_BYTES = _memory_bytes()
+
+
 def check_plan(sig: Signature) -> list:
     """Per parameter, what `bind` checks; callers that bind often work it out once."""
     plan = []
@@ -114,6 +125,13 @@ def bind(sig: Signature, args: tuple, plan: list | None = None) -> tuple[list[np
             if d.evaluate(env) != a.shape[axis]:
                 raise ValueError(f"{name}(): parameter '{pname}' dim {axis} must be {d} = {d.evaluate(env)}, "
                                  f"got {a.shape[axis]}")
+    # The compiled code cannot report a failed allocation, so refuse sizes whose
+    # intermediates could not all fit in this machine's memory.
+    need = sum(t.nbytes(env) for t in sig.temporaries)
+    if need > MEMORY_BYTES:
+        sizes = ", ".join(f"{k}={v}" for k, v in env.items()) or "these static sizes"
+        raise ValueError(f"{name}(): at {sizes} its intermediate tensors need {need} bytes, "
+                         f"more than this machine's {MEMORY_BYTES} bytes of memory")
     return arrays, env
 
 

@@ -24,6 +24,7 @@ DTYPES: dict[str, tuple[str, str | None, bool]] = {
     "I64": ("i64", "int64", False),
 }
 PLACEMENTS = ("host", "device")
+DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I32": 4, "I64": 8}
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,13 @@ class TensorType:
     def __str__(self) -> str:
         return f"tensor<{self.dtype}, {self.shape_str()}, @{self.placement}>"
 
+    def nbytes(self, env: dict[str, int] | None = None) -> int:
+        """Bytes of a tensor of this type, with the dim names' values from `env`."""
+        n = DTYPE_BYTES[self.dtype]
+        for d in self.dims:
+            n *= d.evaluate(env or {})
+        return n
+
     def to_json(self) -> dict:
         return {"dtype": self.dtype, "dims": [str(d) for d in self.dims], "placement": self.placement}
 
@@ -118,18 +126,26 @@ class TensorType:
 
 @dataclass(frozen=True)
 class Signature:
-    """A compiled function's interface: what the runtime checks every call against."""
+    """A compiled function's interface: what the runtime checks every call against.
+
+    `temporaries` are the types of every intermediate the function computes, so the
+    runtime can refuse a call whose sizes could not be allocated (the compiled code
+    cannot report a failed allocation)."""
 
     name: str
     params: tuple[tuple[str, TensorType], ...]
     results: tuple[TensorType, ...]
+    temporaries: tuple[TensorType, ...] = ()
 
     def to_json(self) -> dict:
         return {"name": self.name,
                 "params": [{"name": n, **t.to_json()} for n, t in self.params],
-                "results": [t.to_json() for t in self.results]}
+                "results": [t.to_json() for t in self.results],
+                "temporaries": [t.to_json() for t in self.temporaries]}
 
     @staticmethod
     def from_json(obj: dict) -> "Signature":
         return Signature(obj["name"], tuple((p["name"], TensorType.from_json(p)) for p in obj["params"]),
-                         tuple(TensorType.from_json(r) for r in obj["results"]))
+                         tuple(TensorType.from_json(r) for r in obj["results"]),
+                         tuple(TensorType.from_json(t) for t in obj.get("temporaries", ())))
+
