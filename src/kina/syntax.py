@@ -144,10 +144,12 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
     else:
         found = _describe_token(e.token)
     loc = Loc(filename, line, col, line, col + (len(str(e.token)) if isinstance(e, UnexpectedToken) else 1))
-    if "SEMICOLON" in expected:  # ';' is only ever legal at the end of a let binding
+    if "SEMICOLON" in expected and _inside_let(e):
         if isinstance(e, UnexpectedToken) and e.token.type != "$END":
             loc = _just_after_previous_token(text, e.token.start_pos, filename)
         return KinaError(loc, f"expected ';' after let binding, found {found}")
+    if "COMMA" in expected and "RPAR" in expected and not _inside_let(e):
+        return KinaError(loc, f"expected ',' or ')' in the result tuple, found {found}")
     if "LET" in expected and ("RBRACE" in expected or "LPAR" in expected):
         return KinaError(loc, f"expected a let binding or the result tuple '(...)', found {found}")
     if expected == {"LPAR", "NAME"}:  # where an operand must start
@@ -165,6 +167,19 @@ def _expected(terminals, prefix: str) -> str:
     if not names or len(names) > 6:
         return ""
     return prefix + (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1])
+
+
+def _inside_let(e: UnexpectedInput) -> bool:
+    """Is the parser inside a `let` statement, rather than in the result tuple?
+
+    The LALR lookahead sets alone cannot tell (both may accept ';' after an
+    expression in some states), so look at what has been shifted: the nearest
+    'let' or '{' token on the parser's value stack decides."""
+    state = getattr(getattr(e, "interactive_parser", None), "parser_state", None)
+    for item in reversed(getattr(state, "value_stack", None) or []):
+        if isinstance(item, Token) and item.type in ("LET", "LBRACE"):
+            return item.type == "LET"
+    return True
 
 
 def _just_after_previous_token(text: str, pos: int, filename: str) -> Loc:
