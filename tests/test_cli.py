@@ -280,3 +280,45 @@ def test_bench_times_compiled_against_numpy_and_checks_agreement(capsys):
 def test_bench_without_dims_is_a_user_error(capsys):
     code, out, err = main(capsys, "bench", str(EXAMPLES / "storylm0_kv_step_dyn.kina"))
     assert code == 1 and "give them with --dim NAME=N" in err and "Traceback" not in err
+
+
+# -- paths, options and temporary files ------------------------------------------------------------
+
+def test_output_into_a_folder(capsys, example, tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code, out, err = main(capsys, example, "-o", folder)
+    assert code == 0, err
+    assert (folder / "kv.so").is_file() and (folder / "kv.json").is_file()
+    code, out, err = main(capsys, example, "--emit", "mlir", "-o", folder)
+    assert code == 0 and "func.func @kina_kv_step" in (folder / "kv.mlir").read_text()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--dump-dir", "{file}"], "kinac: error: [Errno 17] File exists"),
+    (["--cpu", "nosuchcpu"], "kinac: error: unknown --cpu 'nosuchcpu'"),
+])
+def test_bad_paths_and_options_are_user_errors(capsys, example, args, fragment):
+    code, out, err = main(capsys, example, *[a.format(file=example) for a in args])
+    assert code == 1 and fragment in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("dim, fragment", [
+    ("=3", "--dim expects NAME=N"), ("Q=2", "--dim Q: kv_step has no such dim (its dims are: B, Dh, H, S)")])
+def test_run_dim_errors(capsys, dim, fragment):
+    code, out, err = main(capsys, "run", EXAMPLES / "storylm0_kv_step_dyn.kina", "--dim", dim)
+    assert code == 1 and fragment in err
+
+
+def test_no_temporary_folder_is_left_behind(capsys, example, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    bad = tmp_path / "bad.kina"
+    bad.write_text("let f = fn(")
+    monkeypatch.setenv("KINA_NO_CACHE", "1")
+    for args in ([example, "--emit", "llvm"], [example, "--emit", "obj", "-o", tmp_path / "kv.o"],
+                 [example, "-o", tmp_path / "x.so"], [bad]):
+        main(capsys, *args)
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -63,26 +63,36 @@ def compile_main(argv: list[str]) -> int:
     except OSError as e:
         print(f"kinac: error: cannot read {src}: {e.strerror}", file=sys.stderr)
         return 1
+    from .toolchain import cpu_names
+    if args.cpu != "native" and args.cpu not in cpu_names():
+        print(f"kinac: error: unknown --cpu {args.cpu!r}: use 'native' or a CPU that 'llc -mcpu=help' lists",
+              file=sys.stderr)
+        return 1
     options = pipeline.Options(opt_level=args.opt_level, cpu=args.cpu,
                                print_ir_after_all=args.print_ir_after_all, locations=args.locs)
     dump = Path(args.dump_dir) if args.dump_dir else None
+    out = Path(args.output) if args.output else None
     if args.emit == "so":
         so = pipeline.build_so(source, str(src), options, dump_dir=dump)
-        out = Path(args.output) if args.output else src.with_suffix(".so")
+        out = out / f"{src.stem}.so" if out and out.is_dir() else out or src.with_suffix(".so")
         out.parent.mkdir(parents=True, exist_ok=True)
         for a, b in ((so, out), (so.with_suffix(".json"), out.with_suffix(".json"))):
             tmp = b.with_name(f".{b.name}.tmp")
             shutil.copyfile(a, tmp)
             tmp.replace(b)
+        if pipeline.cache_dir() not in so.parents:  # built outside the cache: its work dir is ours to remove
+            shutil.rmtree(so.parent, ignore_errors=True)
         print(f"wrote {out} and {out.with_suffix('.json').name}", file=sys.stderr)
         return 0
     build = pipeline.run_stages(source, str(src), args.emit, options, dump_dir=dump)
     text = pipeline._render(build, args.emit)
-    if args.output:
-        Path(args.output).write_bytes(text) if isinstance(text, bytes) else Path(args.output).write_text(text)
-    elif isinstance(text, bytes):
+    shutil.rmtree(build.workdir, ignore_errors=True)
+    if isinstance(text, bytes) and not out:
         out = src.with_suffix(".o")
-        out.write_bytes(text)
+    if out:
+        if out.is_dir():
+            out = out / f"{src.stem}.{pipeline.DUMP_EXT[args.emit]}"
+        out.write_bytes(text) if isinstance(text, bytes) else out.write_text(text)
         print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -111,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except (OSError, MemoryError) as e:  # a bad path or an impossible size: the user's to fix
+        print(f"kinac: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # anything else is ours
+        print(f"kinac: internal compiler error: {type(e).__name__}: {e}\n"
+              "This is a bug in kinac, not in your program.", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

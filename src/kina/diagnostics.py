@@ -27,9 +27,6 @@ class Loc:
         return f"{self.file}:{self.line}:{self.col}"
 
 
-UNKNOWN = Loc("<unknown>", 0, 0)
-
-
 class KinaError(Exception):
     """A user's error: bad source, bad types, or a bad call. Carries a location."""
 

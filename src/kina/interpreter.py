@@ -100,6 +100,12 @@ def random_inputs(sig, dims: dict[str, int], seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def run_command(argv: list[str], bench: bool = False) -> int:
     """`kinac run` (print one function's results) and `kinac bench` (time it against NumPy)."""
     prog, what = ("kinac bench", "Time a compiled Kina function against the NumPy interpreter.") if bench else \
@@ -108,7 +114,7 @@ def run_command(argv: list[str], bench: bool = False) -> int:
     p.add_argument("file")
     p.add_argument("--fn", help="the function to run (default: the first)")
     if bench:
-        p.add_argument("--repeats", type=int, default=20, help="timed calls of each (default 20)")
+        p.add_argument("--repeats", type=_positive, default=20, help="timed calls of each (default 20)")
     else:
         p.add_argument("--interpret", action="store_true", help="run with the NumPy reference interpreter")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="a value for a symbolic dim")
@@ -122,7 +128,7 @@ def run_command(argv: list[str], bench: bool = False) -> int:
     dims = {}
     for item in args.dim:
         name, _, value = item.partition("=")
-        if not value.isdigit():
+        if not name.isidentifier() or not value.isdigit():
             print(f"kinac: error: --dim expects NAME=N with N a non-negative integer, got {item!r}", file=sys.stderr)
             return 1
         dims[name] = int(value)
@@ -131,6 +137,12 @@ def run_command(argv: list[str], bench: bool = False) -> int:
     name = args.fn or next(iter(sigs))
     if name not in sigs:
         print(f"kinac: error: {args.file} has no function '{name}' (it has: {', '.join(sigs)})", file=sys.stderr)
+        return 1
+    known = {n for _, t in sigs[name].params for d in t.dims for n in d.names}
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        print(f"kinac: error: --dim {', '.join(unknown)}: {name} has no such dim "
+              f"(its dims are: {', '.join(sorted(known)) or 'none'})", file=sys.stderr)
         return 1
     try:
         inputs = random_inputs(sigs[name], dims, args.seed)

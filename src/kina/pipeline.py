@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__, ast, check as _check, syntax, toolchain
-from .diagnostics import InternalError, KinaError
+from .diagnostics import InternalError, ToolError
 
 # Results already go to caller-owned buffers (lower.py emits destination-passing
 # style), so: let each result be computed straight into its destination, bufferize,
@@ -196,15 +196,35 @@ STAGES: list[tuple[str, Callable[[Build], None]]] = [
     ("llvm", _stage_llvm), ("obj", _stage_obj), ("so", _stage_so),
 ]
 STAGE_NAMES = [name for name, _ in STAGES]
-_DUMP_EXT = {"ast": "txt", "typed": "txt", "mlir": "mlir", "lowered": "mlir", "llvm": "ll", "obj": "o", "so": "txt"}
+DUMP_EXT = {"ast": "txt", "typed": "txt", "mlir": "mlir", "lowered": "mlir", "llvm": "ll", "obj": "o", "so": "txt"}
 
 
 def run_stages(source: str | bytes, filename: str, until: str = "so", options: Options = Options(),
                workdir: Path | None = None, dump_dir: Path | None = None) -> Build:
-    """Run the stage table up to and including `until`."""
+    """Run the stage table up to and including `until`.
+
+    Files go to `workdir` (a new temporary folder if None). A folder made here is
+    removed when a stage fails (but for a ToolError, whose repro command names its
+    files) or when nothing was written to it; otherwise the caller owns it."""
     if until not in STAGE_NAMES:
         raise ValueError(f"until: expected one of {STAGE_NAMES}, got {until!r}")
+    if options.cpu != "native" and options.cpu not in toolchain.cpu_names():
+        raise ValueError(f"cpu: expected 'native' or a CPU LLVM knows (llc -mcpu=help lists them), got {options.cpu!r}")
     b = Build(source, filename, options, Path(workdir or tempfile.mkdtemp(prefix="kina-")))
+    try:
+        _run(b, source, until, dump_dir)
+    except ToolError:
+        raise  # its repro command names files in the work dir: keep them
+    except BaseException:
+        if workdir is None:
+            shutil.rmtree(b.workdir, ignore_errors=True)
+        raise
+    if workdir is None and STAGE_NAMES.index(until) < STAGE_NAMES.index("llvm"):
+        shutil.rmtree(b.workdir, ignore_errors=True)  # nothing was written there
+    return b
+
+
+def _run(b: Build, source, until: str, dump_dir: Path | None) -> None:
     for i, (name, stage) in enumerate(STAGES):
         stage(b)
         if name == "ast" and isinstance(source, bytes):
@@ -212,11 +232,10 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
         if dump_dir is not None:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
             out = _render(b, name)
-            path = Path(dump_dir) / f"{i}-{name}.{_DUMP_EXT[name]}"
+            path = Path(dump_dir) / f"{i}-{name}.{DUMP_EXT[name]}"
             path.write_bytes(out) if isinstance(out, bytes) else path.write_text(out)
         if name == until:
             break
-    return b
 
 
 def _reproducer(b: Build, mlir_text: str, pipeline: str) -> str:

