@@ -297,6 +297,7 @@ def test_output_into_a_folder(capsys, example, tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     (["--dump-dir", "{file}"], "kinac: error: [Errno 17] File exists"),
     (["--cpu", "nosuchcpu"], "kinac: error: unknown --cpu 'nosuchcpu'"),
+    (["--cpu", "znver4"], "use 'native' or one of x86-64, x86-64-v2, x86-64-v3, x86-64-v4"),
 ])
 def test_bad_paths_and_options_are_user_errors(capsys, example, args, fragment):
     code, out, err = main(capsys, example, *[a.format(file=example) for a in args])

@@ -270,3 +270,17 @@ let f = fn(a: tensor<F32, [N, 1], @host>, b: tensor<F32, [1, N], @host>, c: tens
         mod.f(col, row, col)
     small = np.arange(3, dtype=np.float32).reshape(3, 1)
     np.testing.assert_allclose(mod.f(small, small.T, small)[0], (small @ small.T) @ small)
+
+
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
+def test_level_builds_record_the_level_s_extensions(level):
+    from kina.pipeline import Options
+    from kina.toolchain import CPU_LEVELS, cpu_flags
+    built = build_so(SOURCE, f"{level}.kina", Options(cpu=level))
+    sidecar = json.loads(built.with_suffix(".json").read_text())
+    assert sidecar["cpu"] == level and set(sidecar["cpu_flags"]) == CPU_LEVELS[level]
+    if CPU_LEVELS[level] <= set(cpu_flags()):
+        load(built).close()
+    else:
+        with pytest.raises(LoadError, match="which this CPU lacks"):
+            load(built)

@@ -47,7 +47,8 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--emit", choices=STAGE_NAMES, default="so", help="stop after this stage and emit its output")
     p.add_argument("--dump-dir", help="write every stage's output, numbered, into this folder")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every MLIR pass (stderr)")
-    p.add_argument("--cpu", default="native", help="LLVM target CPU (default: this machine's; x86-64 is portable)")
+    p.add_argument("--cpu", default="native",
+                   help="target CPU: native (default, this machine's) or x86-64, x86-64-v2, -v3, -v4 (portable)")
     p.add_argument("--locs", action="store_true", help="print source locations in emitted MLIR")
     p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=3, help="LLVM optimisation level")
     p.add_argument("--version", action="version", version=version_text())
@@ -63,10 +64,10 @@ def compile_main(argv: list[str]) -> int:
     except OSError as e:
         print(f"kinac: error: cannot read {src}: {e.strerror}", file=sys.stderr)
         return 1
-    from .toolchain import cpu_names
-    if args.cpu != "native" and args.cpu not in cpu_names():
-        print(f"kinac: error: unknown --cpu {args.cpu!r}: use 'native' or a CPU that 'llc -mcpu=help' lists",
-              file=sys.stderr)
+    from .toolchain import CPU_LEVELS
+    if args.cpu != "native" and args.cpu not in CPU_LEVELS:
+        print(f"kinac: error: unknown --cpu {args.cpu!r}: use 'native' or one of {', '.join(CPU_LEVELS)} "
+              "(a .so for another CPU could not be checked when it is loaded)", file=sys.stderr)
         return 1
     options = pipeline.Options(opt_level=args.opt_level, cpu=args.cpu,
                                print_ir_after_all=args.print_ir_after_all, locations=args.locs)

@@ -65,7 +65,7 @@ PASS_PIPELINE = f"{BUFFERIZE},{DEALLOCATE},{TO_LLVM}"  # as one mlir-opt run, wi
 @dataclass(frozen=True)
 class Options:
     opt_level: int = 3
-    cpu: str = "native"  # "native" (this machine's CPU) or any LLVM -mcpu name, e.g. "x86-64"
+    cpu: str = "native"  # "native" (this machine's CPU) or an x86-64 level: "x86-64", "x86-64-v2", -v3, -v4
     print_ir_after_all: bool = False
     locations: bool = False  # print loc(...) in --emit mlir/lowered output
 
@@ -170,7 +170,7 @@ def _stage_so(b: Build) -> None:
         "llvm_version": toolchain.llvm_version(),
         "source": b.filename,
         "cpu": b.extra["cpu"],
-        "cpu_flags": toolchain.cpu_flags() if b.options.cpu == "native" else [],
+        "cpu_flags": toolchain.target_flags(b.options.cpu),
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
         "functions": [fn.sig.to_json() for fn in b.program.functions],
     }
@@ -208,8 +208,8 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
     files) or when nothing was written to it; otherwise the caller owns it."""
     if until not in STAGE_NAMES:
         raise ValueError(f"until: expected one of {STAGE_NAMES}, got {until!r}")
-    if options.cpu != "native" and options.cpu not in toolchain.cpu_names():
-        raise ValueError(f"cpu: expected 'native' or a CPU LLVM knows (llc -mcpu=help lists them), got {options.cpu!r}")
+    if options.cpu != "native" and options.cpu not in toolchain.CPU_LEVELS:
+        raise ValueError(f"cpu: expected 'native' or one of {', '.join(toolchain.CPU_LEVELS)}, got {options.cpu!r}")
     b = Build(source, filename, options, Path(workdir or tempfile.mkdtemp(prefix="kina-")))
     try:
         _run(b, source, until, dump_dir)

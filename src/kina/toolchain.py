@@ -71,6 +71,26 @@ def _llc_version() -> str:
 
 
 @lru_cache(maxsize=1)
+def host() -> tuple[str, str]:
+    """(target triple, host CPU name) as LLVM sees this machine."""
+    out = _llc_version()
+    triple = re.search(r"Default target:\s*(\S+)", out)
+    cpu = re.search(r"Host CPU:\s*(\S+)", out)
+    return (triple.group(1) if triple else "x86_64-unknown-linux-gnu", cpu.group(1) if cpu else "generic")
+
+
+@lru_cache(maxsize=1)
+def llvm_version() -> str:
+    m = re.search(r"LLVM version\s*(\S+)", _llc_version())
+    return m.group(1) if m else "unknown"
+
+
+@lru_cache(maxsize=1)
+def _llc_version() -> str:
+    return run("llc", ["--version"]).decode()
+
+
+@lru_cache(maxsize=1)
 def cpu_names() -> frozenset[str]:
     """The CPU names LLVM accepts for -mcpu on this target (as `llc -mcpu=help` lists them)."""
     proc = subprocess.run([find("llc"), f"-mtriple={host()[0]}", "-mcpu=help"], capture_output=True, text=True)
@@ -90,6 +110,19 @@ def cpu_flags() -> list[str]:
     return []
 
 
-# The extensions LLVM may use for -mcpu=native on x86; a .so needs all it was built with.
-ISA_FLAGS = {"sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "avx512f", "avx512bw",
-             "avx512dq", "avx512vl", "avx512_bf16", "avx512_fp16", "avx512vnni", "avx_vnni", "amx_tile"}
+# The x86 extensions a build may use, by their /proc/cpuinfo names: a .so needs all
+# that its target has. For -mcpu=native that is this CPU's set; the x86-64
+# micro-architecture levels have documented sets. Other CPU names are refused,
+# because their sets could not be checked when a .so is loaded.
+ISA_FLAGS = {"ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm",
+             "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16", "avx512_fp16",
+             "avx512vnni", "avx_vnni", "amx_tile"}
+_V2 = {"ssse3", "sse4_1", "sse4_2", "popcnt"}
+_V3 = _V2 | {"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm"}
+CPU_LEVELS = {"x86-64": set(), "x86-64-v2": _V2, "x86-64-v3": _V3,
+              "x86-64-v4": _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}}
+
+
+def target_flags(cpu: str) -> list[str]:
+    """The ISA extensions code built with `-mcpu=cpu` may use (see CPU_LEVELS)."""
+    return cpu_flags() if cpu == "native" else sorted(CPU_LEVELS[cpu])
