@@ -274,7 +274,7 @@ def test_bench_times_compiled_against_numpy_and_checks_agreement(capsys):
     assert code == 0, err
     assert re.search(r"^kina\s+median\s+[\d.]+ ms .*3 calls\)$", out, re.M)
     assert re.search(r"^numpy\s+median\s+[\d.]+ ms", out, re.M)
-    assert re.search(r"^kina / numpy: [\d.]+ {2}\(results agree\)$", out, re.M)
+    assert re.search(r"^kina / numpy: [\d.]+ {2}\(results agree; largest difference [\d.e+-]+\)$", out, re.M)
 
 
 def test_bench_without_dims_is_a_user_error(capsys):

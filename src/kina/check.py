@@ -83,10 +83,6 @@ def _check_size(ty: TensorType, loc: Loc) -> None:
         raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {elements * itemsize} bytes, {limit}")
 
 
-def _shape(t: TensorType) -> str:
-    return t.shape_str()
-
-
 class _FunctionChecker:
     def __init__(self, fn: ast.Function):
         self.fn = fn
@@ -183,8 +179,8 @@ class _FunctionChecker:
     def _same_kind(self, e: ast.Expr, what: str, a: TensorType, b: TensorType) -> None:
         notes = self._notes(("lhs", e.lhs), ("rhs", e.rhs))
         if a.rank != b.rank:
-            raise KinaError(e.loc, f"{what}: ranks differ: lhs {_shape(a)} has rank {a.rank}, "
-                                   f"rhs {_shape(b)} has rank {b.rank}", notes)
+            raise KinaError(e.loc, f"{what}: ranks differ: lhs {a.shape_str()} has rank {a.rank}, "
+                                   f"rhs {b.shape_str()} has rank {b.rank}", notes)
         if a.dtype != b.dtype:
             raise KinaError(e.loc, f"{what}: dtypes differ: lhs is {a.dtype}, rhs is {b.dtype}", notes)
         if a.placement != b.placement:
@@ -201,7 +197,7 @@ class _FunctionChecker:
             raise KinaError(e.loc, f"concat: axis {e.axis} is out of range for rank {a.rank} (expected 0 to {a.rank - 1})")
         for i, (x, y) in enumerate(zip(a.dims, b.dims)):
             if i != e.axis and x != y:
-                raise KinaError(e.loc, f"concat: dim {i} differs: lhs {_shape(a)} has {x}, rhs {_shape(b)} has {y} "
+                raise KinaError(e.loc, f"concat: dim {i} differs: lhs {a.shape_str()} has {x}, rhs {b.shape_str()} has {y} "
                                        f"(only the axis {e.axis} dim may differ)", self._notes(("lhs", e.lhs), ("rhs", e.rhs)))
         dims = tuple(x + y if i == e.axis else x for i, (x, y) in enumerate(zip(a.dims, b.dims)))
         ty = TensorType(a.dtype, dims, a.placement)
@@ -218,11 +214,11 @@ class _FunctionChecker:
             raise KinaError(e.loc, f"matmul: needs a floating dtype (F16, BF16, F32, F64), got {a.dtype}", notes)
         for i, (x, y) in enumerate(zip(a.dims[:-2], b.dims[:-2])):
             if x != y:
-                raise KinaError(e.loc, f"matmul: batch dim {i} differs: lhs {_shape(a)} has {x}, "
-                                       f"rhs {_shape(b)} has {y}", notes)
+                raise KinaError(e.loc, f"matmul: batch dim {i} differs: lhs {a.shape_str()} has {x}, "
+                                       f"rhs {b.shape_str()} has {y}", notes)
         if a.dims[-1] != b.dims[-2]:
-            raise KinaError(e.loc, f"matmul: contraction dims differ: lhs {_shape(a)} has K={a.dims[-1]}, "
-                                   f"rhs {_shape(b)} has K={b.dims[-2]}", notes)
+            raise KinaError(e.loc, f"matmul: contraction dims differ: lhs {a.shape_str()} has K={a.dims[-1]}, "
+                                   f"rhs {b.shape_str()} has K={b.dims[-2]}", notes)
         dims = a.dims[:-1] + b.dims[-1:]
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=TensorType(a.dtype, dims, a.placement))
 
@@ -249,9 +245,9 @@ class _FunctionChecker:
             else:
                 notes = self._notes(("lhs", e.lhs), ("rhs", e.rhs))
                 if bl or br:
-                    raise KinaError(e.loc, f"{what}: cannot broadcast dim {i}: lhs {_shape(a)} has {x}, "
-                                           f"rhs {_shape(b)} has {y} (a broadcast dim must be 1 or equal)", notes)
-                raise KinaError(e.loc, f"{what}: shapes differ: lhs {_shape(a)}, rhs {_shape(b)} (dim {i}: {x} vs {y}); "
+                    raise KinaError(e.loc, f"{what}: cannot broadcast dim {i}: lhs {a.shape_str()} has {x}, "
+                                           f"rhs {b.shape_str()} has {y} (a broadcast dim must be 1 or equal)", notes)
+                raise KinaError(e.loc, f"{what}: shapes differ: lhs {a.shape_str()}, rhs {b.shape_str()} (dim {i}: {x} vs {y}); "
                                        "wrap an operand in broadcast(...) to stretch its dims of size 1", notes)
         ty = TensorType(a.dtype, tuple(dims), a.placement)
         if bl:

@@ -300,9 +300,16 @@ def build_so(source: str | bytes, filename: str = "<string>", options: Options =
 
 def compile_source(text: str | bytes, filename: str = "<string>", options: Options = Options()):
     """Compile Kina source to a loaded module whose attributes are the Kina functions."""
-    from .runtime import load
+    from .runtime import LoadError, load
     so = build_so(text, filename, options)
-    module = load(so)
+    try:
+        module = load(so)
+    except LoadError:
+        if cache_dir() not in so.parents:
+            raise
+        shutil.rmtree(so.parent, ignore_errors=True)  # a damaged cache entry: build it again, once
+        so = build_so(text, filename, options)
+        module = load(so)
     if os.environ.get("KINA_NO_CACHE") == "1":  # the loaded .so stays mapped after its files go
         shutil.rmtree(so.parent, ignore_errors=True)
     return module

@@ -68,7 +68,9 @@ class Dim:
         return self.const + sum(c * env[n] for n, c in self.terms)
 
     def __str__(self) -> str:
-        parts = [name if c == 1 else f"{c}*{name}" for name, c in self.terms]
+        # a coefficient is written as repeated names (S+S), the only form the grammar has
+        parts = [name for name, c in self.terms for _ in range(c)] if all(c > 0 for _, c in self.terms) \
+            else [name if c == 1 else f"{c}*{name}" for name, c in self.terms]
         if self.const or not parts:
             parts.append(str(self.const))
         return "+".join(parts)
