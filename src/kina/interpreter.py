@@ -57,6 +57,9 @@ class Interpreted:
         self.program = program
         self.functions = {fn.name: fn for fn in program.functions}
 
+    def __repr__(self) -> str:
+        return f"<kina interpreted program {self.program.filename}: {', '.join(self.functions)}>"
+
     def __getattr__(self, name: str):
         functions = self.__dict__.get("functions", {})
         if name not in functions:

@@ -213,6 +213,10 @@ class Module:
             cfunc.argtypes = None
             self.functions[sig.name] = Function(self, sig, cfunc)
 
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ", ".join(self.functions)
+        return f"<kina module {self.path.name}: {state}>"
+
     def __getattr__(self, name: str) -> Function:
         functions = self.__dict__.get("functions", {})
         if name in functions:
