@@ -49,3 +49,22 @@ let f = fn(q: tensor<F32, [1, 5], @host>, a: tensor<F32, [5, 3], @host>, b: tens
     r = np.random.default_rng(1)
     args = [r.standard_normal(s).astype(np.float32) for s in [(1, 5), (5, 3), (5, 2)]]
     check_against_numpy(source, "f", *args, exact=(0,))
+
+
+def test_f16_sums_run_in_f32():
+    """F16 matmul and softmax accumulate in F32 and round once, as NumPy's matmul does:
+    over K=512 an F16 accumulator would be several times less accurate."""
+    import kina
+    source = """
+let f = fn(a: tensor<F16, [8, 512], @host>, b: tensor<F16, [512, 8], @host>) -> (tensor<F16, [8, 8], @host>, tensor<F16, [8, 512], @host>) {
+  (a @ b, softmax(a, axis=1))
+}
+"""
+    r = np.random.default_rng(3)
+    a, b = (r.standard_normal(s).astype(np.float16) for s in [(8, 512), (512, 8)])
+    mm, sm = kina.compile_source(source, "f16.kina").f(a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    rounded = exact.astype(np.float16).astype(np.float64)  # the best an F16 result can be
+    assert np.max(np.abs(mm - exact)) <= 2 * np.max(np.abs(rounded - exact)) + 1e-3
+    e = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(sm.astype(np.float64), e / e.sum(axis=1, keepdims=True), rtol=1e-3, atol=1e-6)

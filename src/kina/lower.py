@@ -20,6 +20,7 @@ Guarantees:
   * `*`/`+` with `broadcast` are `linalg.generic`s whose broadcast operand maps
     stretched dims to the constant 0;
   * softmax is the stable decomposition: max, exp(x - max), sum, divide;
+  * F16 and BF16 matmuls and softmaxes compute in F32 and round once (`WIDE`);
   * a symbolic dim becomes `?`, its value computed from `tensor.dim` of the
     parameter that binds it;
   * every op carries the `FileLineColLoc` of the Kina expression it came from.
@@ -38,6 +39,7 @@ DYN = ir.ShapedType.get_dynamic_size()
 # replace the libm/libc function the generated code calls.
 SYMBOL_PREFIX = "kina_"
 DYN_STRIDE = ir.ShapedType.get_dynamic_stride_or_offset()
+WIDE = {"F16": "F32", "BF16": "F32"}  # the dtypes whose sums (matmul, softmax) run in F32
 
 
 def lower(program: ast.Program, context: ir.Context | None = None) -> ir.Module:
@@ -295,15 +297,37 @@ class _FunctionLowering:
             offset = offset + operand.type.dims[e.axis]
         return out
 
+    # -- wide accumulation: F16 and BF16 sums run in F32, as NumPy's do ----------
+    @staticmethod
+    def _wide(t: TensorType) -> TensorType:
+        return TensorType(WIDE.get(t.dtype, t.dtype), t.dims, t.placement)
+
+    def _ext(self, v: ir.Value) -> ir.Value:
+        f32 = ir.F32Type.get()
+        return v if v.type == f32 or v.type == ir.F64Type.get() else arith.ExtFOp(f32, v).result
+
+    def _convert(self, v: ir.Value, t: TensorType, out: ir.Value) -> ir.Value:
+        """Elementwise `v` into `out`, widened or narrowed to `out`'s element type."""
+        elt = out.type.element_type
+        cast = (lambda x, _: arith.ExtFOp(elt, x).result) if elt.width > v.type.element_type.width else \
+            (lambda x, _: arith.TruncFOp(elt, x).result)
+        ident = ir.AffineMap.get_identity(t.rank)
+        return self.generic([v], out, [ident, ident], ["parallel"] * t.rank, cast)
+
+    def _mac(self, x, y, acc):
+        return arith.AddFOp(acc, arith.MulFOp(self._ext(x), self._ext(y)).result).result
+
     def matmul(self, e: ast.MatMul, out: ir.Value) -> ir.Value:
         lhs = self.expr(e.lhs)  # first: if it reads the concat too, that computes the concat on its own
         if isinstance(e.rhs, ast.Name) and e.rhs.id in self.pending:
             return self.matmul_fused_concat(e, lhs, out, *self.pending.pop(e.rhs.id))
         rhs = self.expr(e.rhs)
         maps, iterators = _matmul_maps(e.type.rank)
-        zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
-        return self.generic([lhs, rhs], linalg.fill(zero, outs=[out]), maps[:3], iterators,
-                            lambda x, y, acc: arith.AddFOp(acc, arith.MulFOp(x, y).result).result)
+        wide = self._wide(e.type)
+        init = out if wide == e.type else self.empty(wide)
+        zero = arith.ConstantOp(element_type(wide.dtype), 0.0).result
+        acc = self.generic([lhs, rhs], linalg.fill(zero, outs=[init]), maps[:3], iterators, self._mac)
+        return acc if wide == e.type else self._convert(acc, wide, out)
 
     def matmul_fused_concat(self, e: ast.MatMul, lhs: ir.Value, out: ir.Value, name: str, cat: ast.Concat,
                             dest) -> ir.Value:
@@ -319,8 +343,9 @@ class _FunctionLowering:
         with _loc(cat.loc):
             concat_out = dest if dest is not None else self.empty(cat.type)
         maps, iterators = _matmul_maps(rank)
-        zero = arith.ConstantOp(element_type(e.type.dtype), 0.0).result
-        acc = linalg.fill(zero, outs=[out])
+        wide = self._wide(e.type)
+        zero = arith.ConstantOp(element_type(wide.dtype), 0.0).result
+        acc = linalg.fill(zero, outs=[out if wide == e.type else self.empty(wide)])
         offset = Dim()
         for part in (cat.lhs, cat.rhs):
             src, dims = self.expr(part), part.type.dims
@@ -329,19 +354,18 @@ class _FunctionLowering:
                     slot = self.extract(concat_out, cat.type, axis, offset, dims)
                 if axis == rank - 1:
                     out_dims = e.type.dims[:-1] + (dims[-1],)
-                    acc_part, lhs_part = self.extract(acc, e.type, axis, offset, out_dims), lhs
+                    acc_part, lhs_part = self.extract(acc, wide, axis, offset, out_dims), lhs
                 else:
                     lhs_dims = e.lhs.type.dims[:-1] + (dims[-2],)
                     acc_part, lhs_part = acc, self.extract(lhs, e.lhs.type, rank - 1, offset, lhs_dims)
-                product, copied = self.generic_n(
-                    [lhs_part, src], [acc_part, slot], maps, iterators,
-                    lambda x, y, a, _: [arith.AddFOp(a, arith.MulFOp(x, y).result).result, y])
+                product, copied = self.generic_n([lhs_part, src], [acc_part, slot], maps, iterators,
+                                                 lambda x, y, a, _: [self._mac(x, y, a), y])
                 with _loc(cat.loc):
                     concat_out = self.insert(copied, concat_out, rank, axis, offset, dims)
                 acc = self.insert(product, acc, rank, axis, offset, out_dims) if axis == rank - 1 else product
             offset = offset + dims[axis]
         self.values[name] = concat_out
-        return acc
+        return acc if wide == e.type else self._convert(acc, wide, out)
 
     def elementwise(self, e: ast.Mul | ast.Add, out: ir.Value) -> ir.Value:
         t, n = e.type, e.type.rank
@@ -364,7 +388,9 @@ class _FunctionLowering:
 
     def softmax(self, e: ast.Softmax, out: ir.Value) -> ir.Value:
         x = self.expr(e.operand)
-        t, n, axis = e.type, e.type.rank, e.axis
+        t, n, axis = self._wide(e.type), e.type.rank, e.axis
+        if t != e.type:
+            x = self._convert(x, e.type, self.empty(t))
         reduced = TensorType(t.dtype, t.dims[:axis] + t.dims[axis + 1:], t.placement)
         full, proj = ir.AffineMap.get_identity(n), _map(n, [ir.AffineDimExpr.get(a) for a in range(n) if a != axis])
         reduce_its = ["reduction" if a == axis else "parallel" for a in range(n)]
@@ -375,8 +401,11 @@ class _FunctionLowering:
                           lambda v, m, _: math.ExpOp(arith.SubFOp(v, m).result).result)
         sm = self.generic([ex], self.fill(reduced, 0.0), [full, proj], reduce_its,
                           lambda v, acc: arith.AddFOp(v, acc).result)
+        if t == e.type:
+            return self.generic([ex, sm], out, [full, proj, full], par, lambda v, s, _: arith.DivFOp(v, s).result)
+        narrow = out.type.element_type
         return self.generic([ex, sm], out, [full, proj, full], par,
-                            lambda v, s, _: arith.DivFOp(v, s).result)
+                            lambda v, s, _: arith.TruncFOp(narrow, arith.DivFOp(v, s).result).result)
 
 
 # The matmul loops (see `matmuls_to_loops`): how many rhs rows one pass over j
