@@ -70,35 +70,6 @@ def _llc_version() -> str:
     return run("llc", ["--version"]).decode()
 
 
-@lru_cache(maxsize=1)
-def host() -> tuple[str, str]:
-    """(target triple, host CPU name) as LLVM sees this machine."""
-    out = _llc_version()
-    triple = re.search(r"Default target:\s*(\S+)", out)
-    cpu = re.search(r"Host CPU:\s*(\S+)", out)
-    return (triple.group(1) if triple else "x86_64-unknown-linux-gnu", cpu.group(1) if cpu else "generic")
-
-
-@lru_cache(maxsize=1)
-def llvm_version() -> str:
-    m = re.search(r"LLVM version\s*(\S+)", _llc_version())
-    return m.group(1) if m else "unknown"
-
-
-@lru_cache(maxsize=1)
-def _llc_version() -> str:
-    return run("llc", ["--version"]).decode()
-
-
-@lru_cache(maxsize=1)
-def cpu_names() -> frozenset[str]:
-    """The CPU names LLVM accepts for -mcpu on this target (as `llc -mcpu=help` lists them)."""
-    proc = subprocess.run([find("llc"), f"-mtriple={host()[0]}", "-mcpu=help"], capture_output=True, text=True)
-    listing = proc.stdout + proc.stderr
-    table = listing.split("Available CPUs for this target:", 1)[-1].split("Available features", 1)[0]
-    return frozenset(m.group(1) for m in re.finditer(r"^\s+(\S+)\s+- ", table, re.M))
-
-
 def cpu_flags() -> list[str]:
     """The ISA extensions this CPU has (from /proc/cpuinfo), to stamp into a sidecar."""
     try:
