@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import kina
-from kina import cli, pipeline
+from kina import cli
 
 from conftest import EXAMPLES
 

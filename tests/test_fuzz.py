@@ -23,7 +23,6 @@ import signal
 from contextlib import contextmanager
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kina

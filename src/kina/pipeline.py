@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -89,7 +89,11 @@ class Build:
     llvm_ir: bytes = b""
     obj: bytes = b""
     so_path: Path | None = None
-    extra: dict = field(default_factory=dict)
+
+    @property
+    def target_cpu(self) -> str:
+        """The LLVM -mcpu name: this machine's CPU for "native"."""
+        return toolchain.host()[1] if self.options.cpu == "native" else self.options.cpu
 
 
 def _stage_ast(b: Build) -> None:
@@ -139,13 +143,11 @@ def _stage_llvm(b: Build) -> None:
     mlir_path = b.workdir / "lowered.mlir"
     mlir_path.write_text(b.module.operation.get_asm())
     raw = toolchain.run("mlir-translate", ["--mlir-to-llvmir", str(mlir_path)])
-    triple, host_cpu = toolchain.host()
-    cpu = host_cpu if b.options.cpu == "native" else b.options.cpu
+    triple, _ = toolchain.host()
     raw_path = b.workdir / "raw.ll"
     raw_path.write_bytes(raw)
-    b.llvm_ir = toolchain.run("opt", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={cpu}",
+    b.llvm_ir = toolchain.run("opt", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={b.target_cpu}",
                                       "-S", str(raw_path), "-o", "-"])
-    b.extra["cpu"] = cpu
 
 
 def _stage_obj(b: Build) -> None:
@@ -153,7 +155,7 @@ def _stage_obj(b: Build) -> None:
     ll.write_bytes(b.llvm_ir)
     triple, _ = toolchain.host()
     obj = b.workdir / "out.o"
-    toolchain.run("llc", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={b.extra['cpu']}",
+    toolchain.run("llc", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={b.target_cpu}",
                           "-relocation-model=pic", "-filetype=obj", str(ll), "-o", str(obj)])
     b.obj = obj.read_bytes()
 
@@ -169,7 +171,7 @@ def _stage_so(b: Build) -> None:
         "kina_version": __version__,
         "llvm_version": toolchain.llvm_version(),
         "source": b.filename,
-        "cpu": b.extra["cpu"],
+        "cpu": b.target_cpu,
         "cpu_flags": toolchain.target_flags(b.options.cpu),
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
         "functions": [fn.sig.to_json() for fn in b.program.functions],
