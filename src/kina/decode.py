@@ -141,7 +141,11 @@ class KVCache:
             raise TypeError(f"{where}: {name} must be a numpy.ndarray, got {type(a).__name__}")
         if a.dtype != self.dtype:
             raise TypeError(f"{where}: {name} must have dtype {self.dtype} (the cache's), got {a.dtype}")
-        if a.ndim != len(dims) or any(d is not None and d != s for d, s in zip(dims, a.shape)):
+        shape = a.shape
+        ok = len(shape) == len(dims)
+        for d, got in zip(dims, shape):
+            ok = ok and (d is None or d == got)
+        if not ok:
             want = _shape_str("n" if d is None else d for d in dims)
             raise ValueError(f"{where}: {name} must have shape {want}, got {_shape_str(a.shape)}")
 
@@ -158,7 +162,9 @@ class KVCache:
 
     def append(self, k_new: np.ndarray, v_new: np.ndarray) -> int:
         """Write k_new [B, H, Dh, n] and v_new [B, H, n, Dh] at the fill position; return that position."""
-        n = self._check_kv("append", k_new, v_new)
+        return self._write(k_new, v_new, self._check_kv("append", k_new, v_new))
+
+    def _write(self, k_new: np.ndarray, v_new: np.ndarray, n: int) -> int:
         p = self._n
         self._k[..., p:p + n] = k_new
         self._v[:, :, p:p + n, :] = v_new
@@ -226,15 +232,19 @@ class KVCache:
         s = self._scale("attend", scale)
         if self._n == 0:
             raise ValueError("attend: the cache is empty (n_filled = 0): append at least one position first")
-        return self._kernels.attend(q, self._k[..., :self._n], self._v[:, :, :self._n, :], s)[0]
+        return self._attend(q, s)
+
+    def _attend(self, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        n = self._n
+        return self._kernels.attend(q, self._k[..., :n], self._v[:, :, :n, :], scale)[0]
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
         """The Section 19 step in place: append k_new and v_new, then attend with q."""
         self._query("step", q)
-        self._scale("step", scale)
-        self._check_kv("step", k_new, v_new)  # everything is checked before the cache changes
-        self.append(k_new, v_new)
-        return self.attend(q, scale)
+        s = self._scale("step", scale)
+        n = self._check_kv("step", k_new, v_new)  # everything is checked before the cache changes
+        self._write(k_new, v_new, n)
+        return self._attend(q, s)
 
 
 # -- prefill -------------------------------------------------------------------

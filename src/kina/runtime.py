@@ -18,8 +18,10 @@ where each pointer is a memref descriptor {allocated, aligned, offset, sizes[r],
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import hashlib
+import itertools
 import json
 import os
 from pathlib import Path
@@ -34,35 +36,30 @@ class LoadError(ValueError):
     """A .so that cannot be used: missing or mismatched sidecar, wrong CPU, missing symbol."""
 
 
-_DESCRIPTORS: dict[int, type] = {}
-
-
-def _descriptor(rank: int) -> type:
-    if rank not in _DESCRIPTORS:
-        class Descriptor(ctypes.Structure):
-            _fields_ = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64),
-                        ("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
-        _DESCRIPTORS[rank] = Descriptor
-    return _DESCRIPTORS[rank]
-
-
 def passable(a: np.ndarray) -> bool:
     """Can `a` be passed as it is? The compiled code takes any outer strides (in whole
     elements) but assumes the innermost one is 1, so that its inner loops vectorise."""
     if a.size == 0:  # nothing is read or written; NumPy gives empty arrays stride 0
         return True
-    if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
+    strides, it = a.strides, a.itemsize
+    if not a.flags.aligned:
         return False
-    return a.ndim == 0 or a.shape[-1] <= 1 or a.strides[-1] == a.itemsize
+    for s in strides:
+        if s % it:
+            return False
+    return not strides or strides[-1] == it or a.shape[-1] <= 1
 
 
-def _describe(a: np.ndarray):
-    d = _descriptor(a.ndim)()
-    d.allocated = d.aligned = a.ctypes.data
-    d.offset = 0
-    d.sizes[:] = a.shape
-    d.strides[:] = [s // a.itemsize for s in a.strides[:-1]] + [1] if a.ndim else []
-    return d
+def _descriptor_words(arrays) -> array.array:
+    """The memref descriptors of `arrays`, back to back as int64 words: per array
+    {allocated, aligned, offset, sizes[r], strides[r]}, strides in elements."""
+    words = []
+    for a in arrays:
+        p, it = a.ctypes.data, a.itemsize
+        words += (p, p, 0, *a.shape, *[s // it for s in a.strides[:-1]])
+        if a.ndim:
+            words.append(1)
+    return array.array("q", words)
 
 
 def numpy_dtype(dtype: str) -> np.dtype | None:
@@ -80,25 +77,45 @@ def _memory_bytes() -> int:
 MEMORY_BYTES = _memory_bytes()
 
 
-def check_plan(sig: Signature) -> list:
-    """Per parameter, what `bind` checks; callers that bind often work it out once."""
-    plan = []
-    for pname, t in sig.params:
-        static = tuple((a, d.const) for a, d in enumerate(t.dims) if d.is_static)
-        symbols = tuple((a, d.symbol) for a, d in enumerate(t.dims) if d.symbol)
-        compound = tuple((a, d) for a, d in enumerate(t.dims) if not d.is_static and not d.symbol)
-        plan.append((pname, t, numpy_dtype(t.dtype), static, symbols, compound))
-    return plan
+class CheckPlan:
+    """What `bind` checks for one signature, worked out once: per parameter its
+    dtype, static dims, dim names and compound dims (like S+1); and, memoised per
+    binding of the dim names, the bytes its intermediates need."""
+
+    def __init__(self, sig: Signature):
+        self.params = []
+        for pname, t in sig.params:
+            static = tuple((a, d.const) for a, d in enumerate(t.dims) if d.is_static)
+            symbols = tuple((a, d.symbol) for a, d in enumerate(t.dims) if d.symbol)
+            compound = tuple((a, d) for a, d in enumerate(t.dims) if not d.is_static and not d.symbol)
+            self.params.append((pname, t, numpy_dtype(t.dtype), static, symbols, compound))
+        self._temporaries = sig.temporaries
+        self._need: dict[tuple, int] = {}
+
+    def need(self, env: dict[str, int]) -> int:
+        """Bytes of all intermediates at `env` (whose keys come in the same order every call)."""
+        key = tuple(env.values())
+        n = self._need.get(key)
+        if n is None:
+            if len(self._need) >= 1024:
+                self._need.clear()
+            n = self._need[key] = sum(t.nbytes(env) for t in self._temporaries)
+        return n
 
 
-def bind(sig: Signature, args: tuple, plan: list | None = None) -> tuple[list[np.ndarray], dict[str, int]]:
+def check_plan(sig: Signature) -> CheckPlan:
+    return CheckPlan(sig)
+
+
+def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[list[np.ndarray], dict[str, int]]:
     """Check `args` against `sig`; return them passable (see `passable`), with the value of every dim name."""
-    name, plan = sig.name, plan or check_plan(sig)
-    if len(args) != len(plan):
+    plan = plan or CheckPlan(sig)
+    name, params = sig.name, plan.params
+    if len(args) != len(params):
         names = ", ".join(n for n, _ in sig.params)
-        raise TypeError(f"{name}() takes {len(plan)} arguments ({names}), got {len(args)}")
+        raise TypeError(f"{name}() takes {len(params)} arguments ({names}), got {len(args)}")
     arrays, env, where = [], {}, {}
-    for (pname, t, want, static, symbols, _), a in zip(plan, args):
+    for (pname, t, want, static, symbols, _), a in zip(params, args):
         if want is None:
             raise TypeError(f"{name}(): parameter '{pname}' is {t.dtype}, which NumPy cannot represent")
         if not isinstance(a, np.ndarray):
@@ -120,14 +137,14 @@ def bind(sig: Signature, args: tuple, plan: list | None = None) -> tuple[list[np
                 raise ValueError(f"{name}(): dim {sym} is {env[sym]} from {where[sym]} but {n} from {pname} (dim {axis})")
             env[sym], where[sym] = n, pname
         arrays.append(a if passable(a) else np.ascontiguousarray(a))
-    for (pname, *_, compound), a in zip(plan, arrays):  # compound dims like S+1 in a parameter
+    for (pname, *_, compound), a in zip(params, arrays):  # compound dims like S+1 in a parameter
         for axis, d in compound:
             if d.evaluate(env) != a.shape[axis]:
                 raise ValueError(f"{name}(): parameter '{pname}' dim {axis} must be {d} = {d.evaluate(env)}, "
                                  f"got {a.shape[axis]}")
     # The compiled code cannot report a failed allocation, so refuse sizes whose
     # intermediates could not all fit in this machine's memory.
-    need = sum(t.nbytes(env) for t in sig.temporaries)
+    need = plan.need(env)
     if need > MEMORY_BYTES:
         sizes = ", ".join(f"{k}={v}" for k, v in env.items()) or "these static sizes"
         raise ValueError(f"{name}(): at {sizes} its intermediate tensors need {need} bytes, "
@@ -145,7 +162,11 @@ class Function:
     def __init__(self, module: "Module", sig: Signature, cfunc):
         self._module, self.signature, self._cfunc = module, sig, cfunc
         self.__name__ = sig.name
-        self._plan = check_plan(sig)
+        self._plan = CheckPlan(sig)
+        # every argument is a pointer to its memref descriptor, at a fixed offset in one buffer
+        ranks = [t.rank for _, t in sig.params] + [t.rank for t in sig.results]
+        self._offsets = list(itertools.accumulate((8 * (3 + 2 * r) for r in ranks), initial=0))[:len(ranks)]
+        cfunc.restype, cfunc.argtypes = None, [ctypes.c_void_p] * len(ranks)
         self._result_dtypes = [numpy_dtype(t.dtype) for t in sig.results]
 
     def __repr__(self) -> str:
@@ -188,8 +209,9 @@ class Function:
         Benchmarks use it to time the kernel alone; anything else should not."""
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
-        descs = [_describe(a) for a in (*arrays, *outs)]
-        self._cfunc(*[ctypes.byref(d) for d in descs])
+        words = _descriptor_words((*arrays, *outs))
+        base = words.buffer_info()[0]
+        self._cfunc(*[base + offset for offset in self._offsets])
 
 
 class Module:
@@ -209,8 +231,6 @@ class Module:
             except AttributeError:
                 raise LoadError(f"{path}: sidecar lists function '{sig.name}' but the .so has no "
                                 f"_mlir_ciface_kina_{sig.name}") from None
-            cfunc.restype = None
-            cfunc.argtypes = None
             self.functions[sig.name] = Function(self, sig, cfunc)
 
     def __repr__(self) -> str:
