@@ -35,6 +35,8 @@ Inputs rotate across independent sets: enough sets that their total size is at l
 --working-set-mib (default 8x the last-level cache) and never fewer than two, with one counter
 per pool shared by the variants that use it, so no call finds its data left in cache by the
 previous one. Short calls are timed in batches over consecutive sets (~0.5 ms a sample).
+Every array starts on a 64-byte boundary (kina.runtime.empty), as Kina allocates its results:
+in a decode loop the caches passed in are the previous step's results. All variants share them.
 
 Bandwidth, measured in the same run (one thread, 256 MiB arrays, at the start, between sizes
 and at the end; the best pass counts, since noise only slows a pass down): read = bytes / time
@@ -85,6 +87,7 @@ from typing import Callable
 import numpy as np
 
 import kina
+from kina.runtime import empty as aligned_empty
 from kina.runtime import bind
 from validate_kv_cache import reference_numpy as reference  # the plain step, for the spot checks
 
@@ -233,18 +236,21 @@ def make_functional_pool(z: Size, working_set: int, rng) -> Pool:
     B, H, Dh, S = z.B, z.H, z.Dh, z.S
     per_set = 2 * (2 * B * H * Dh * S + 2 * B * H * Dh) * F32  # inputs and results, roughly
     sets = []
+
+    def randn(*shape):  # aligned as kina.runtime allocates results: a decode loop passes those back in
+        return rng.standard_normal(shape, dtype=np.float32, out=aligned_empty(shape))
     for _ in range(n_sets_for(per_set, working_set)):
         d = {
-            "q": rng.standard_normal((B, H, 1, Dh), dtype=np.float32),
-            "k_past": rng.standard_normal((B, H, Dh, S), dtype=np.float32),
-            "k_new": rng.standard_normal((B, H, Dh, 1), dtype=np.float32),
-            "v_past": rng.standard_normal((B, H, S, Dh), dtype=np.float32),
-            "v_new": rng.standard_normal((B, H, 1, Dh), dtype=np.float32),
+            "q": randn(B, H, 1, Dh),
+            "k_past": randn(B, H, Dh, S),
+            "k_new": randn(B, H, Dh, 1),
+            "v_past": randn(B, H, S, Dh),
+            "v_new": randn(B, H, 1, Dh),
             "scale": np.full((1, 1, 1, 1), 1 / math.sqrt(Dh), np.float32),
             "scale_f": 1 / math.sqrt(Dh),
-            "k_next": np.empty((B, H, Dh, S + 1), np.float32),
-            "v_next": np.empty((B, H, S + 1, Dh), np.float32),
-            "context": np.empty((B, H, 1, Dh), np.float32),
+            "k_next": aligned_empty((B, H, Dh, S + 1)),
+            "v_next": aligned_empty((B, H, S + 1, Dh)),
+            "context": aligned_empty((B, H, 1, Dh)),
         }
         for k in ("k_next", "v_next", "context"):
             d[k].fill(0.0)  # fault the pages in before timing
@@ -307,8 +313,9 @@ def build_variants(z: Size, args, fpool: Pool, rng, mod, torch, set_blas_threads
     small = fpool.sets  # q, k_new, v_new, scale come from the functional sets (a few KiB each)
 
     def fresh_prefix():
-        k = np.full((B, H, Dh, T), np.nan, np.float32)  # the unused slots hold NaN: they must not matter
-        v = np.full((B, H, T, Dh), np.nan, np.float32)
+        k, v = aligned_empty((B, H, Dh, T)), aligned_empty((B, H, T, Dh))  # like KVCache's buffers
+        k.fill(np.nan)  # the unused slots hold NaN: they must not matter
+        v.fill(np.nan)
         k[..., :S] = rng.standard_normal((B, H, Dh, S), dtype=np.float32)
         v[:, :, :S] = rng.standard_normal((B, H, S, Dh), dtype=np.float32)
         return k, v

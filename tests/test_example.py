@@ -93,3 +93,30 @@ def test_call_into_checks_its_outs():
     mod.kv_step.call_into(args, good)
     for got, want in zip(good, mod.kv_step(*args)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("shift", [0, 1])
+@pytest.mark.parametrize("Dh", [16, 32, 48, 64, 96, 128, 160])
+def test_fused_value_rows_in_registers_or_not_give_the_same_bits(Dh, shift, static):
+    """Value rows of whole vectors up to lower.REGISTER_ROW_BYTES keep their sums in
+    registers when every row of the new cache starts on a cache line (shift 0); otherwise
+    (shift 1, or Dh = 16, 48, 160) the row-at-a-time loops run. Either way the new caches
+    are exact copies and the context has the bits of the unfused attention kernel."""
+    from kina.decode import _program
+    from kina.runtime import empty
+    text = (EXAMPLES / "storylm0_kv_step_dyn.kina").read_text()
+    if static:
+        text = specialize(text, B=1, H=3, Dh=Dh, S=37)
+    step = kina.compile_source(text, "step.kina").kv_step
+    args = kv_inputs(1, 3, Dh, 37, seed=Dh)
+    outs = []
+    for shape in [(1, 3, Dh, 38), (1, 3, 38, Dh), (1, 3, 1, Dh)]:
+        n = int(np.prod(shape))
+        outs.append(empty(n + 1)[shift:shift + n].reshape(shape))
+    step.call_into(args, outs)
+    k_next, v_next, context = outs
+    np.testing.assert_array_equal(k_next, np.concatenate([args[1], args[2]], axis=3))
+    np.testing.assert_array_equal(v_next, np.concatenate([args[3], args[4]], axis=2))
+    unfused = _program("attention", np.dtype(np.float32)).attend(args[0], k_next, v_next, args[5])[0]
+    np.testing.assert_array_equal(context, unfused)

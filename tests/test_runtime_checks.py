@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kina
-from conftest import assert_same
+from conftest import EXAMPLES, assert_same, kv_inputs
 from kina.pipeline import build_so
 from kina.runtime import LoadError, load
 
@@ -284,3 +284,15 @@ def test_level_builds_record_the_level_s_extensions(level):
     else:
         with pytest.raises(LoadError, match="which this CPU lacks"):
             load(built)
+
+
+def test_results_and_runtime_empty_start_on_a_cache_line():
+    """The compiled kernels' fast paths (whole-line loads, non-temporal stores) need it."""
+    from kina.runtime import ALIGN, empty, zeros
+    mod = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina")
+    for a in mod.kv_step(*kv_inputs(1, 2, 8, 5)):
+        assert a.ctypes.data % ALIGN == 0 and a.flags.c_contiguous and a.flags.writeable
+    for shape, dtype in [((3,), np.float32), ((2, 3, 5), np.float64), ((1, 1, 1, 1), np.float16), ((), np.float32)]:
+        a = empty(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.ctypes.data % ALIGN == 0
+    assert not zeros((4, 5)).any()

@@ -34,6 +34,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import runtime
+
 KERNELS = Path(__file__).resolve().parent / "kernels"
 _KINA_DTYPES = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}
 
@@ -92,8 +94,8 @@ class KVCache:
         self._max_seq_len = _count("max_seq_len", max_seq_len, 1)
         self.dtype = _kina_dtype(dtype)
         B, H, Dh, T = self.batch, self.n_heads, self.head_dim, self._max_seq_len
-        self._k = np.zeros((B, H, Dh, T), self.dtype)
-        self._v = np.zeros((B, H, T, Dh), self.dtype)
+        self._k = runtime.zeros((B, H, Dh, T), self.dtype)
+        self._v = runtime.zeros((B, H, T, Dh), self.dtype)
         self._n = 0
         self._kernels = _program("attention", self.dtype)
 

@@ -413,6 +413,7 @@ class _FunctionLowering:
 UNROLL_K = 8
 VECTOR_BYTES = 128
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs
+REGISTER_ROW_BYTES = 512  # a fused matmul's rows up to this long keep their sums in registers
 
 
 def _matmul_kind(op) -> str | None:
@@ -467,6 +468,15 @@ def matmuls_to_loops(module: ir.Module, unroll: int = UNROLL_K, vector_bytes: in
     is written by non-temporal stores alone (a line written partly both ways
     measured 2x slower). `fence_nontemporal_stores` then orders them before the
     function returns.
+
+    A fused matmul whose rows are short (a whole number of vectors, at most
+    `REGISTER_ROW_BYTES`, like the values of one attention head; checked at run
+    time when the length is symbolic)
+    instead keeps the whole output row in vector registers while k runs, so that
+    each rhs row costs its loads and non-temporal stores and nothing else: one
+    read and one write stream, like a plain copy. It needs every slot row to start
+    on an `NT_ALIGN` boundary, which is checked at run time (the slot is a caller's
+    buffer); a misaligned slot takes the row-at-a-time loops above.
     """
     from mlir.dialects import memref, scf, vector
     found = []
@@ -515,6 +525,10 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, 
     width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
+    # the row lengths (in vectors) whose sums a fused matmul keeps in registers
+    most = REGISTER_ROW_BYTES // (width * elt_bytes)
+    register_vectors = [] if slot is None else list(range(1, most + 1)) if acc_t.shape[-1] == DYN else \
+        [acc_t.shape[-1] // width] if acc_t.shape[-1] % width == 0 and 0 < acc_t.shape[-1] // width <= most else []
     if slot is not None:  # where slot rows start, to align the non-temporal stores
         meta = memref.ExtractStridedMetadataOp(slot)
         slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result
@@ -567,7 +581,53 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, 
             for_(start, n_vec, w, lambda j: step(j, True, nt))
         for_(n_vec, N, one, lambda j: step(j, False, nt))
 
+    def rows_in_registers(outer, n_vectors):
+        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] and slot[b, k, :] = rhs[b, k, :] for every k,
+        in order, with the row of sums (`n_vectors` vectors) carried through the k loop in registers."""
+        b = outer[:-1]
+        js = [cst(v * width) for v in range(n_vectors)]
+        sums = [vector.LoadOp(vtype, acc, [*outer, j]).result for j in js]
+        loop = scf.ForOp(zero, K, one, sums)
+        with ir.InsertionPoint(loop.body):
+            k = loop.induction_variable
+            x = vector.BroadcastOp(vtype, memref.LoadOp(lhs, [*outer, k]).result).result
+            new = []
+            for j, a in zip(js, loop.inner_iter_args):
+                y = vector.LoadOp(vtype, rhs, [*b, k, j]).result
+                new.append(arith.AddFOp(a, arith.MulFOp(x, y).result).result)
+                vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
+            scf.YieldOp(new)
+        for j, a in zip(js, loop.results):
+            vector.StoreOp(a, acc, [*outer, j])
+
+    def vectors_in_registers(outer):
+        """N / width if the row of sums fits the registers and every slot row starts on an
+        NT_ALIGN boundary; 0 if not."""
+        lin = slot_offset
+        for i, stride in zip(outer[:-1], slot_strides[:-2]):
+            lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
+        first = arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
+        row = arith.MulIOp(slot_strides[-2], cst(elt_bytes)).result
+        bad = arith.OrIOp(arith.OrIOp(arith.RemUIOp(first, cst(NT_ALIGN)).result,
+                                      arith.RemUIOp(row, cst(NT_ALIGN)).result).result,
+                          arith.RemUIOp(N, cst(width)).result).result
+        ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
+        return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
+
     def per_row(outer, nt):
+        if not (nt and register_vectors):
+            return rows_one_at_a_time(outer, nt)
+
+        def case(switch, i, n_vectors):
+            rows_in_registers(outer, n_vectors)
+            scf.YieldOp([])
+
+        def default(switch):
+            rows_one_at_a_time(outer, nt)
+            scf.YieldOp([])
+        scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
+
+    def rows_one_at_a_time(outer, nt):
         u = cst(unroll)
         k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
         for_(zero, k_main, u, lambda k: rows(outer, k, unroll, nt))

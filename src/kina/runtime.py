@@ -50,6 +50,29 @@ def passable(a: np.ndarray) -> bool:
     return not strides or strides[-1] == it or a.shape[-1] <= 1
 
 
+ALIGN = 64  # bytes: a cache line, and what the compiled code's non-temporal vector stores need
+
+
+def empty(shape, dtype=np.float32) -> np.ndarray:
+    """Like `np.empty`, but the data starts on an `ALIGN`-byte boundary (NumPy's own
+    large arrays start 16 bytes past a page). Results are allocated this way: rows
+    that start on a cache line are read with whole-line loads and written with
+    non-temporal stores, which is what the compiled kernels' fast paths need."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def zeros(shape, dtype=np.float32) -> np.ndarray:
+    """`empty`, filled with zeros."""
+    a = empty(shape, dtype)
+    a.fill(0)
+    return a
+
+
 def _descriptor_words(arrays) -> array.array:
     """The memref descriptors of `arrays`, back to back as int64 words: per array
     {allocated, aligned, offset, sizes[r], strides[r]}, strides in elements."""
@@ -176,7 +199,7 @@ class Function:
     def __call__(self, *args) -> tuple[np.ndarray, ...]:
         """Check the arguments, allocate the results, run; returns the results."""
         arrays, env = self._bind(args)
-        outs = [np.empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env), self._result_dtypes)]
+        outs = [empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env), self._result_dtypes)]
         self._call(arrays, outs)
         return tuple(outs)
 
