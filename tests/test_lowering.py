@@ -68,3 +68,31 @@ let f = fn(a: tensor<F16, [8, 512], @host>, b: tensor<F16, [512, 8], @host>) -> 
     assert np.max(np.abs(mm - exact)) <= 2 * np.max(np.abs(rounded - exact)) + 1e-3
     e = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
     np.testing.assert_allclose(sm.astype(np.float64), e / e.sum(axis=1, keepdims=True), rtol=1e-3, atol=1e-6)
+
+
+def test_softmax_exp_is_within_one_ulp_and_handles_special_values():
+    """softmax([0, x]) at x <= -17.5 is exp(x) itself (1 + e**x rounds to 1), so those
+    rows check lower.exp_f32 directly, subnormal results included; above that, the
+    sum and division add at most about one ulp more. scripts/exp_accuracy.py checks
+    every f32 in [-104, 88.7] directly."""
+    import kina
+    source = "let f = fn(a: tensor<F32, [N, 2], @host>) -> (tensor<F32, [N, 2], @host>) {\n  (softmax(a, axis=1))\n}\n"
+    f = kina.compile_source(source, "softmax_exp.kina").f
+
+    def rows(x):
+        return f(np.stack([np.zeros_like(x), x], axis=1))[0]
+
+    def ulps(got, want):
+        spacing = np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
+        return np.abs(got - want) / np.maximum(spacing, float(np.finfo(np.float32).smallest_subnormal))
+
+    r = np.random.default_rng(7)
+    deep = np.concatenate([r.uniform(-104, -17.5, 400_000), np.linspace(-104, -87, 100_000)]).astype(np.float32)
+    assert ulps(rows(deep)[:, 1], np.exp(deep.astype(np.float64))).max() <= 1.0
+    near = r.uniform(-17.5, 0, 400_000).astype(np.float32)
+    e = np.exp(near.astype(np.float64))
+    p = rows(near)
+    assert ulps(p[:, 1], e / (1 + e)).max() <= 2.5 and ulps(p[:, 0], 1 / (1 + e)).max() <= 2.5
+    special = rows(np.array([0, -0.0, -np.inf, -200, -103.99, np.nan], np.float32))
+    np.testing.assert_array_equal(special[:, 1], [0.5, 0.5, 0, 0, 0, np.nan])
+    np.testing.assert_array_equal(special[:4, 0], [0.5, 0.5, 1, 1])

@@ -19,7 +19,12 @@ Guarantees:
     results are bit-identical;
   * `*`/`+` with `broadcast` are `linalg.generic`s whose broadcast operand maps
     stretched dims to the constant 0;
-  * softmax is the stable decomposition: max, exp(x - max), sum, divide;
+  * softmax is the stable decomposition: max, exp(x - max), sum, divide; after
+    bufferization, innermost-dim sums run as vector partial sums in a fixed order
+    (`sums_to_loops`) and f32 exp is expanded into arith ops (`exps_to_arith`,
+    <= 1 ulp), so every element's bits are the same for any size and target CPU;
+  * an elementwise op or softmax whose operand dies there writes over that
+    operand's tensor, so bufferization updates the buffer in place;
   * F16 and BF16 matmuls and softmaxes compute in F32 and round once (`WIDE`);
   * a symbolic dim becomes `?`, its value computed from `tensor.dim` of the
     parameter that binds it;
@@ -154,6 +159,26 @@ def _fusable_concats(fn: ast.Function) -> set[str]:
     return found
 
 
+def _single_use(fn: ast.Function) -> set[str]:
+    """Lets computed by an op (not aliases of another name) that are read exactly once.
+
+    Their tensor may become the destination of the elementwise op that reads them
+    (see `_FunctionLowering.reusable`), so bufferization updates that buffer in
+    place instead of allocating another.
+    """
+    uses: dict[str, int] = {}
+
+    def visit(e: ast.Expr) -> None:
+        if isinstance(e, ast.Name):
+            uses[e.id] = uses.get(e.id, 0) + 1
+        for child in ast.children(e):
+            visit(child)
+
+    for expr in [let.value for let in fn.body] + list(fn.results):
+        visit(expr)
+    return {let.name for let in fn.body if uses.get(let.name) == 1 and not isinstance(let.value, ast.Name)}
+
+
 class _FunctionLowering:
     def __init__(self, fn: ast.Function):
         self.fn = fn
@@ -192,6 +217,7 @@ class _FunctionLowering:
                     with _loc(r.loc):
                         self.dest[r.id] = bufferization.ToTensorOp(tensor_type(t), out, restrict=True, writable=True).result
             self.pending = {}  # concats to be computed inside the matmul that reads them
+            self.single_use = _single_use(self.fn)
             fusable = _fusable_concats(self.fn)
             for let in self.fn.body:
                 if let.name in fusable:
@@ -265,6 +291,23 @@ class _FunctionLowering:
     def insert(self, part: ir.Value, into: ir.Value, rank: int, axis: int, offset: Dim, sizes: tuple[Dim, ...]) -> ir.Value:
         return tensor.InsertSliceOp(part, into, *self._slice_args(rank, axis, offset, sizes)).result
 
+    def reusable(self, operand: ast.Expr) -> bool:
+        """Is `operand`'s tensor dead after the op that reads it? A subexpression's
+        tensor is used once by construction; a let's when `_single_use` says so."""
+        if isinstance(operand, ast.Name):
+            return operand.id in self.single_use
+        return not isinstance(operand, ast.Broadcast)
+
+    def destination(self, t: TensorType, dest: ir.Value | None, candidates) -> ir.Value:
+        """Where an elementwise op of type `t` writes: `dest` if given, else the tensor of
+        a dying operand of the same type (updated in place: no new buffer), else a new one."""
+        if dest is not None:
+            return dest
+        for operand, value in candidates:
+            if operand.type == t and self.reusable(operand):
+                return value
+        return self.empty(t)
+
     # -- expressions ---------------------------------------------------------
     def expr(self, e: ast.Expr, dest: ir.Value | None = None) -> ir.Value:
         """Lower `e`; its final op writes into `dest` when given, else into a new tensor."""
@@ -274,15 +317,15 @@ class _FunctionLowering:
                 self.values[name] = self.expr(cat, cat_dest)
             return self.values[e.id]
         with _loc(e.loc):
+            if isinstance(e, ast.ELEMENTWISE):
+                return self.elementwise(e, dest)
+            if isinstance(e, ast.Softmax):
+                return self.softmax(e, dest)
             out = dest if dest is not None else self.empty(e.type)
             if isinstance(e, ast.Concat):
                 return self.concat(e, out)
             if isinstance(e, ast.MatMul):
                 return self.matmul(e, out)
-            if isinstance(e, ast.ELEMENTWISE):
-                return self.elementwise(e, out)
-            if isinstance(e, ast.Softmax):
-                return self.softmax(e, out)
         raise AssertionError(f"cannot lower {e!r}")
 
     def concat(self, e: ast.Concat, out: ir.Value) -> ir.Value:
@@ -367,7 +410,7 @@ class _FunctionLowering:
         self.values[name] = concat_out
         return acc if wide == e.type else self._convert(acc, wide, out)
 
-    def elementwise(self, e: ast.Mul | ast.Add, out: ir.Value) -> ir.Value:
+    def elementwise(self, e: ast.Mul | ast.Add, dest: ir.Value | None) -> ir.Value:
         t, n = e.type, e.type.rank
         inputs, maps = [], []
         for operand in (e.lhs, e.rhs):
@@ -380,32 +423,94 @@ class _FunctionLowering:
                 inputs.append(self.expr(operand))
                 maps.append(ir.AffineMap.get_identity(n))
         maps.append(ir.AffineMap.get_identity(n))
+        out = self.destination(t, dest, zip((e.lhs, e.rhs), inputs))
         if t.is_float:
             op = arith.MulFOp if isinstance(e, ast.Mul) else arith.AddFOp
         else:
             op = arith.MulIOp if isinstance(e, ast.Mul) else arith.AddIOp
         return self.generic(inputs, out, maps, ["parallel"] * n, lambda x, y, _: op(x, y).result)
 
-    def softmax(self, e: ast.Softmax, out: ir.Value) -> ir.Value:
+    def softmax(self, e: ast.Softmax, dest: ir.Value | None) -> ir.Value:
+        """max, exp(x - max), sum, divide. exp writes over x when x dies here, and the
+        division over exp's result unless the softmax has a destination: one buffer."""
         x = self.expr(e.operand)
         t, n, axis = self._wide(e.type), e.type.rank, e.axis
+        dying = self.reusable(e.operand)
         if t != e.type:
-            x = self._convert(x, e.type, self.empty(t))
+            x, dying = self._convert(x, e.type, self.empty(t)), True
         reduced = TensorType(t.dtype, t.dims[:axis] + t.dims[axis + 1:], t.placement)
         full, proj = ir.AffineMap.get_identity(n), _map(n, [ir.AffineDimExpr.get(a) for a in range(n) if a != axis])
         reduce_its = ["reduction" if a == axis else "parallel" for a in range(n)]
         par = ["parallel"] * n
         mx = self.generic([x], self.fill(reduced, float("-inf")), [full, proj], reduce_its,
                           lambda v, acc: arith.MaximumFOp(v, acc).result)
-        ex = self.generic([x, mx], self.empty(t), [full, proj, full], par,
+        ex = self.generic([x, mx], x if dying else self.empty(t), [full, proj, full], par,
                           lambda v, m, _: math.ExpOp(arith.SubFOp(v, m).result).result)
         sm = self.generic([ex], self.fill(reduced, 0.0), [full, proj], reduce_its,
                           lambda v, acc: arith.AddFOp(v, acc).result)
+        out = dest if dest is not None else ex if t == e.type else self.empty(e.type)
         if t == e.type:
             return self.generic([ex, sm], out, [full, proj, full], par, lambda v, s, _: arith.DivFOp(v, s).result)
         narrow = out.type.element_type
         return self.generic([ex, sm], out, [full, proj, full], par,
                             lambda v, s, _: arith.TruncFOp(narrow, arith.DivFOp(v, s).result).result)
+
+
+def exps_to_arith(module: ir.Module) -> int:
+    """Replace every f32 `math.exp` by `exp_f32`'s arith ops (in place, so it runs at
+    any stage; kinac runs it after bufferization). Returns the count."""
+    found = []
+
+    def visit(op):
+        if op.name == "math.exp" and op.results[0].type == ir.F32Type.get():
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        module.operation.walk(visit)
+        for op in found:
+            with ir.InsertionPoint(op), op.location:
+                op.results[0].replace_all_uses_with(exp_f32(op.operands[0]))
+            op.erase()
+    return len(found)
+
+
+def exp_f32(x: ir.Value) -> ir.Value:
+    """e**x for an f32 `x`, as plain arith ops: the same IEEE operations whether LLVM
+    runs them on vectors or one at a time, so every element gets the same bits
+    wherever it sits, for any size, static or symbolic, and any target CPU (libm's
+    expf is a call that blocks vectorisation; a vector math library would give the
+    vectorised body and the scalar tail of a loop different bits).
+
+    Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, with ln2 split in two so that
+    k * C1 is exact; e**r by the degree-7 polynomial of Cephes' expf; then the two
+    halves of 2**k multiplied in, so that results in the subnormal range round once.
+    Measured error <= 1 ulp against float64 over every f32 in [-104, 88.7]
+    (tests/test_lowering.py); e**-inf = 0, e**inf = inf, NaN stays NaN.
+    """
+    f32, i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
+    c = lambda v: arith.ConstantOp(f32, v).result
+    i = lambda v: arith.ConstantOp(i32, v).result
+    mul = lambda a, b: arith.MulFOp(a, b).result
+    add = lambda a, b: arith.AddFOp(a, b).result
+    cmp = lambda pred, a, b: arith.CmpFOp(pred, a, b).result
+    sel = lambda cond, a, b: arith.SelectOp(cond, a, b).result
+    lo, hi = -104.0, 88.72283935546875  # beyond them e**x is 0 and inf in f32
+    nan = cmp(arith.CmpFPredicate.UNO, x, x)
+    xs = sel(nan, c(0.0), arith.MinimumFOp(arith.MaximumFOp(x, c(lo)).result, c(hi)).result)
+    k = math.RoundEvenOp(mul(xs, c(1.44269504088896341))).result
+    r = add(add(xs, mul(k, c(-0.693359375))), mul(k, c(2.12194440e-4)))
+    y = c(1.9875691500e-4)
+    for coeff in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        y = add(mul(y, r), c(coeff))
+    y = add(add(mul(y, mul(r, r)), r), c(1.0))
+    ki = arith.FPToSIOp(i32, k).result
+    half = arith.ShRSIOp(ki, i(1)).result
+    scale = lambda n: arith.BitcastOp(f32, arith.ShLIOp(arith.AddIOp(n, i(127)).result, i(23)).result).result
+    y = mul(mul(y, scale(half)), scale(arith.SubIOp(ki, half).result))
+    y = sel(cmp(arith.CmpFPredicate.OLT, x, c(lo)), c(0.0), y)
+    y = sel(cmp(arith.CmpFPredicate.OGT, x, c(hi)), c(float("inf")), y)
+    return sel(nan, x, y)
 
 
 # The matmul loops (see `matmuls_to_loops`): how many rhs rows one pass over j
@@ -640,6 +745,107 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, 
             for_(zero, sizes[a], one, lambda iv: nest(a + 1, outer + [iv], nt))
 
     nest(0, [], nontemporal)
+
+
+REDUCTION_BYTES = 256  # a sum's vector of partial sums: independent add chains to hide the add latency
+
+
+def _sum_kind(op) -> bool:
+    """Is `op` a bufferized `linalg.generic` summing its input over the innermost
+    (unit-stride) dim into an output of the other dims, as `softmax` emits it?"""
+    if op.name != "linalg.generic":
+        return False
+    ins, outs = list(op.opview.inputs), list(op.opview.outputs)
+    if len(ins) != 1 or len(outs) != 1 or not all(isinstance(v.type, ir.MemRefType) for v in ins + outs):
+        return False
+    src = ir.MemRefType(ins[0].type)
+    n = src.rank
+    if n < 1 or ir.MemRefType(outs[0].type).rank != n - 1 or src.get_strides_and_offset()[0][-1] != 1:
+        return False
+    maps = [ir.AffineMap.get_identity(n), _map(n, [ir.AffineDimExpr.get(a) for a in range(n - 1)])]
+    if [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]] != maps:
+        return False
+    kinds = ["parallel"] * (n - 1) + ["reduction"]
+    if [str(a) for a in op.attributes["iterator_types"]] != [f"#linalg.iterator_type<{k}>" for k in kinds]:
+        return False
+    block = op.regions[0].blocks[0]
+    body = list(block.operations)
+    v, acc = list(block.arguments)
+    return [o.name for o in body] == ["arith.addf", "linalg.yield"] and \
+        set(body[0].operands) == {v, acc} and list(body[1].operands) == [body[0].result]
+
+
+def sums_to_loops(module: ir.Module, lanes_bytes: int = REDUCTION_BYTES) -> int:
+    """After bufferization: rewrite each innermost-dim sum (`_sum_kind`) as explicit
+    loops in a fixed order, the same for every size, static or symbolic, and every
+    target CPU. Returns the count.
+
+    A sum in loop order is one chain of dependent adds, as slow as the add latency.
+    Here lane l of a vector of partial sums (`lanes_bytes` wide) adds the elements
+    at l, l + L, l + 2L, ... of the row's leading whole vectors; the lanes are then
+    added pairwise (halves, then quarters, ...), that total is added to the
+    output's initial value, and the remaining elements follow in order. Pairwise
+    partial sums are also more accurate than one running sum.
+    """
+    from mlir.dialects import memref, scf, vector
+    found = []
+
+    def visit(op):
+        if _sum_kind(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        module.operation.walk(visit)
+        for op in found:
+            with ir.InsertionPoint(op), op.location:
+                _emit_sum_loops(op, lanes_bytes, memref, scf, vector)
+            op.erase()
+    return len(found)
+
+
+def _emit_sum_loops(op, lanes_bytes: int, memref, scf, vector) -> None:
+    (src,), (dst,) = list(op.opview.inputs), list(op.opview.outputs)
+    src_t = ir.MemRefType(src.type)
+    n, elt = src_t.rank, src_t.element_type
+    idx = ir.IndexType.get()
+    cst = lambda v: arith.ConstantOp(idx, v).result
+    zero, one = cst(0), cst(1)
+    lanes = max(1, lanes_bytes // (elt.width // 8))
+    vtype = ir.VectorType.get([lanes], elt)
+    size = [cst(src_t.shape[a]) if src_t.shape[a] != DYN else memref.DimOp(src, cst(a)).result for a in range(n)]
+
+    def loop(lo, hi, step, carried, body):
+        f = scf.ForOp(lo, hi, step, carried)
+        with ir.InsertionPoint(f.body):
+            scf.YieldOp(body(f.induction_variable, *f.inner_iter_args))
+        return list(f.results)
+
+    def row(outer):
+        length = size[-1]
+        whole = arith.SubIOp(length, arith.RemUIOp(length, cst(lanes)).result).result
+        partial = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(elt, 0.0))).result
+        partial, = loop(zero, whole, cst(lanes), [partial],
+                        lambda j, p: [arith.AddFOp(p, vector.LoadOp(vtype, src, [*outer, j]).result).result])
+        width = lanes
+        while width > 1:  # pairwise: halves, quarters, ...
+            width //= 2
+            half = ir.VectorType.get([width], elt)
+            lo = vector.ExtractStridedSliceOp(half, partial, [0], [width], [1]).result
+            hi = vector.ExtractStridedSliceOp(half, partial, [width], [width], [1]).result
+            partial = arith.AddFOp(lo, hi).result
+        total = arith.AddFOp(memref.LoadOp(dst, outer).result, vector.ExtractOp(partial, [], [0]).result).result
+        total, = loop(whole, length, one, [total],
+                      lambda j, t: [arith.AddFOp(t, memref.LoadOp(src, [*outer, j]).result).result])
+        memref.StoreOp(total, dst, outer)
+
+    def nest(a, outer):
+        if a == n - 1:
+            row(outer)
+        else:
+            loop(zero, size[a], one, [], lambda iv: (nest(a + 1, [*outer, iv]), [])[1])
+
+    nest(0, [])
 
 
 def fence_nontemporal_stores(module: ir.Module) -> int:

@@ -37,7 +37,8 @@ BUFFERIZE = ",".join([
     "eliminate-empty-tensors",
     "one-shot-bufferize",
 ])
-# then, after Kina's own rewrites in lower.py (copies_to_linalg, matmuls_to_loops):
+# then, after Kina's own rewrites in lower.py (copies_to_linalg, matmuls_to_loops, sums_to_loops,
+# exps_to_arith):
 DEALLOCATE = ",".join([
     "cse",  # merges equal subviews, so a slot copied onto itself folds away in canonicalize
     "canonicalize",
@@ -121,7 +122,8 @@ def _stage_lowered(b: Build) -> None:
     from mlir import ir
     from mlir.passmanager import PassManager
     from . import lower
-    steps = [BUFFERIZE, lower.copies_to_linalg, lower.matmuls_to_loops, DEALLOCATE,
+    steps = [BUFFERIZE, lower.copies_to_linalg, lower.matmuls_to_loops, lower.sums_to_loops,
+             lower.exps_to_arith, DEALLOCATE,
              lower.fence_nontemporal_stores, TO_LLVM]
     for step in steps:
         if callable(step):

@@ -37,9 +37,9 @@ module {
     %extracted_slice_5 = tensor.extract_slice %11[0, 0, 0, 0] [%dim, %dim_0, 1, %dim_3] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x?xf32> loc(#loc10)
     %12:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%0, %1 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) outs(%extracted_slice_5, %extracted_slice : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16)):
-      %29 = arith.mulf %in, %in_20 : f32 loc(#loc10)
-      %30 = arith.addf %out, %29 : f32 loc(#loc10)
-      linalg.yield %30, %in_20 : f32, f32 loc(#loc10)
+      %26 = arith.mulf %in, %in_20 : f32 loc(#loc10)
+      %27 = arith.addf %out, %26 : f32 loc(#loc10)
+      linalg.yield %27, %in_20 : f32, f32 loc(#loc10)
     } -> (tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) loc(#loc10)
     %inserted_slice = tensor.insert_slice %12#1 into %6[0, 0, 0, 0] [%dim, %dim_0, %dim_1, %dim_3] [1, 1, 1, 1] : tensor<?x?x?x?xf32> into tensor<?x?x?x?xf32> loc(#loc11)
     %inserted_slice_6 = tensor.insert_slice %12#0 into %11[0, 0, 0, 0] [%dim, %dim_0, 1, %dim_3] [1, 1, 1, 1] : tensor<?x?x1x?xf32> into tensor<?x?x1x?xf32> loc(#loc10)
@@ -47,70 +47,67 @@ module {
     %extracted_slice_8 = tensor.extract_slice %inserted_slice_6[0, 0, 0, %dim_3] [%dim, %dim_0, 1, 1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x1xf32> loc(#loc10)
     %13:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%0, %2 : tensor<?x?x1x?xf32>, tensor<?x?x?x1xf32>) outs(%extracted_slice_8, %extracted_slice_7 : tensor<?x?x1x1xf32>, tensor<?x?x?x1xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16)):
-      %29 = arith.mulf %in, %in_20 : f32 loc(#loc10)
-      %30 = arith.addf %out, %29 : f32 loc(#loc10)
-      linalg.yield %30, %in_20 : f32, f32 loc(#loc10)
+      %26 = arith.mulf %in, %in_20 : f32 loc(#loc10)
+      %27 = arith.addf %out, %26 : f32 loc(#loc10)
+      linalg.yield %27, %in_20 : f32, f32 loc(#loc10)
     } -> (tensor<?x?x1x1xf32>, tensor<?x?x?x1xf32>) loc(#loc10)
     %inserted_slice_9 = tensor.insert_slice %13#1 into %inserted_slice[0, 0, 0, %dim_3] [%dim, %dim_0, %dim_1, 1] [1, 1, 1, 1] : tensor<?x?x?x1xf32> into tensor<?x?x?x?xf32> loc(#loc11)
     %inserted_slice_10 = tensor.insert_slice %13#0 into %inserted_slice_6[0, 0, 0, %dim_3] [%dim, %dim_0, 1, 1] [1, 1, 1, 1] : tensor<?x?x1x1xf32> into tensor<?x?x1x?xf32> loc(#loc10)
-    %14 = tensor.empty(%dim, %dim_0, %9) : tensor<?x?x1x?xf32> loc(#loc12)
-    %15 = linalg.generic {indexing_maps = [#map3, #map4, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inserted_slice_10, %5 : tensor<?x?x1x?xf32>, tensor<1x1x1x1xf32>) outs(%14 : tensor<?x?x1x?xf32>) {
+    %14 = linalg.generic {indexing_maps = [#map3, #map4, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inserted_slice_10, %5 : tensor<?x?x1x?xf32>, tensor<1x1x1x1xf32>) outs(%inserted_slice_10 : tensor<?x?x1x?xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16)):
-      %29 = arith.mulf %in, %in_20 : f32 loc(#loc12)
-      linalg.yield %29 : f32 loc(#loc12)
+      %26 = arith.mulf %in, %in_20 : f32 loc(#loc12)
+      linalg.yield %26 : f32 loc(#loc12)
     } -> tensor<?x?x1x?xf32> loc(#loc12)
-    %16 = tensor.empty(%dim, %dim_0, %9) : tensor<?x?x1x?xf32> loc(#loc13)
     %cst_11 = arith.constant 0xFF800000 : f32 loc(#loc13)
-    %17 = tensor.empty(%dim, %dim_0) : tensor<?x?x1xf32> loc(#loc13)
-    %18 = linalg.fill ins(%cst_11 : f32) outs(%17 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc13)
-    %19 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%15 : tensor<?x?x1x?xf32>) outs(%18 : tensor<?x?x1xf32>) {
+    %15 = tensor.empty(%dim, %dim_0) : tensor<?x?x1xf32> loc(#loc13)
+    %16 = linalg.fill ins(%cst_11 : f32) outs(%15 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc13)
+    %17 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%14 : tensor<?x?x1x?xf32>) outs(%16 : tensor<?x?x1xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %29 = arith.maximumf %in, %out : f32 loc(#loc13)
-      linalg.yield %29 : f32 loc(#loc13)
+      %26 = arith.maximumf %in, %out : f32 loc(#loc13)
+      linalg.yield %26 : f32 loc(#loc13)
     } -> tensor<?x?x1xf32> loc(#loc13)
-    %20 = tensor.empty(%dim, %dim_0, %9) : tensor<?x?x1x?xf32> loc(#loc13)
-    %21 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%15, %19 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%20 : tensor<?x?x1x?xf32>) {
+    %18 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%14, %17 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%14 : tensor<?x?x1x?xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %29 = arith.subf %in, %in_20 : f32 loc(#loc13)
-      %30 = math.exp %29 : f32 loc(#loc13)
-      linalg.yield %30 : f32 loc(#loc13)
+      %26 = arith.subf %in, %in_20 : f32 loc(#loc13)
+      %27 = math.exp %26 : f32 loc(#loc13)
+      linalg.yield %27 : f32 loc(#loc13)
     } -> tensor<?x?x1x?xf32> loc(#loc13)
     %cst_12 = arith.constant 0.000000e+00 : f32 loc(#loc13)
-    %22 = tensor.empty(%dim, %dim_0) : tensor<?x?x1xf32> loc(#loc13)
-    %23 = linalg.fill ins(%cst_12 : f32) outs(%22 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc13)
-    %24 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%21 : tensor<?x?x1x?xf32>) outs(%23 : tensor<?x?x1xf32>) {
+    %19 = tensor.empty(%dim, %dim_0) : tensor<?x?x1xf32> loc(#loc13)
+    %20 = linalg.fill ins(%cst_12 : f32) outs(%19 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc13)
+    %21 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%18 : tensor<?x?x1x?xf32>) outs(%20 : tensor<?x?x1xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %29 = arith.addf %in, %out : f32 loc(#loc13)
-      linalg.yield %29 : f32 loc(#loc13)
+      %26 = arith.addf %in, %out : f32 loc(#loc13)
+      linalg.yield %26 : f32 loc(#loc13)
     } -> tensor<?x?x1xf32> loc(#loc13)
-    %25 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%21, %24 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%16 : tensor<?x?x1x?xf32>) {
+    %22 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%18, %21 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%18 : tensor<?x?x1x?xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %29 = arith.divf %in, %in_20 : f32 loc(#loc13)
-      linalg.yield %29 : f32 loc(#loc13)
+      %26 = arith.divf %in, %in_20 : f32 loc(#loc13)
+      linalg.yield %26 : f32 loc(#loc13)
     } -> tensor<?x?x1x?xf32> loc(#loc13)
     %cst_13 = arith.constant 0.000000e+00 : f32 loc(#loc14)
-    %26 = linalg.fill ins(%cst_13 : f32) outs(%8 : tensor<?x?x1x?xf32>) -> tensor<?x?x1x?xf32> loc(#loc14)
+    %23 = linalg.fill ins(%cst_13 : f32) outs(%8 : tensor<?x?x1x?xf32>) -> tensor<?x?x1x?xf32> loc(#loc14)
     %extracted_slice_14 = tensor.extract_slice %7[0, 0, 0, 0] [%dim, %dim_0, %dim_3, %dim_1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> to tensor<?x?x?x?xf32> loc(#loc15)
-    %extracted_slice_15 = tensor.extract_slice %25[0, 0, 0, 0] [%dim, %dim_0, 1, %dim_3] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x?xf32> loc(#loc14)
-    %27:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%extracted_slice_15, %3 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) outs(%26, %extracted_slice_14 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) {
+    %extracted_slice_15 = tensor.extract_slice %22[0, 0, 0, 0] [%dim, %dim_0, 1, %dim_3] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x?xf32> loc(#loc14)
+    %24:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%extracted_slice_15, %3 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) outs(%23, %extracted_slice_14 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17)):
-      %29 = arith.mulf %in, %in_20 : f32 loc(#loc14)
-      %30 = arith.addf %out, %29 : f32 loc(#loc14)
-      linalg.yield %30, %in_20 : f32, f32 loc(#loc14)
+      %26 = arith.mulf %in, %in_20 : f32 loc(#loc14)
+      %27 = arith.addf %out, %26 : f32 loc(#loc14)
+      linalg.yield %27, %in_20 : f32, f32 loc(#loc14)
     } -> (tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) loc(#loc14)
-    %inserted_slice_16 = tensor.insert_slice %27#1 into %7[0, 0, 0, 0] [%dim, %dim_0, %dim_3, %dim_1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> into tensor<?x?x?x?xf32> loc(#loc15)
+    %inserted_slice_16 = tensor.insert_slice %24#1 into %7[0, 0, 0, 0] [%dim, %dim_0, %dim_3, %dim_1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> into tensor<?x?x?x?xf32> loc(#loc15)
     %extracted_slice_17 = tensor.extract_slice %inserted_slice_16[0, 0, %dim_3, 0] [%dim, %dim_0, 1, %dim_1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> to tensor<?x?x1x?xf32> loc(#loc15)
-    %extracted_slice_18 = tensor.extract_slice %25[0, 0, 0, %dim_3] [%dim, %dim_0, 1, 1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x1xf32> loc(#loc14)
-    %28:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%extracted_slice_18, %4 : tensor<?x?x1x1xf32>, tensor<?x?x1x?xf32>) outs(%27#0, %extracted_slice_17 : tensor<?x?x1x?xf32>, tensor<?x?x1x?xf32>) {
+    %extracted_slice_18 = tensor.extract_slice %22[0, 0, 0, %dim_3] [%dim, %dim_0, 1, 1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x1xf32> loc(#loc14)
+    %25:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%extracted_slice_18, %4 : tensor<?x?x1x1xf32>, tensor<?x?x1x?xf32>) outs(%24#0, %extracted_slice_17 : tensor<?x?x1x?xf32>, tensor<?x?x1x?xf32>) {
     ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17)):
-      %29 = arith.mulf %in, %in_20 : f32 loc(#loc14)
-      %30 = arith.addf %out, %29 : f32 loc(#loc14)
-      linalg.yield %30, %in_20 : f32, f32 loc(#loc14)
+      %26 = arith.mulf %in, %in_20 : f32 loc(#loc14)
+      %27 = arith.addf %out, %26 : f32 loc(#loc14)
+      linalg.yield %27, %in_20 : f32, f32 loc(#loc14)
     } -> (tensor<?x?x1x?xf32>, tensor<?x?x1x?xf32>) loc(#loc14)
-    %inserted_slice_19 = tensor.insert_slice %28#1 into %inserted_slice_16[0, 0, %dim_3, 0] [%dim, %dim_0, 1, %dim_1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> into tensor<?x?x?x?xf32> loc(#loc15)
+    %inserted_slice_19 = tensor.insert_slice %25#1 into %inserted_slice_16[0, 0, %dim_3, 0] [%dim, %dim_0, 1, %dim_1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> into tensor<?x?x?x?xf32> loc(#loc15)
     bufferization.materialize_in_destination %inserted_slice_9 in restrict writable %arg6 : (tensor<?x?x?x?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>>) -> () loc(#loc7)
     bufferization.materialize_in_destination %inserted_slice_19 in restrict writable %arg7 : (tensor<?x?x?x?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>>) -> () loc(#loc8)
-    bufferization.materialize_in_destination %28#0 in restrict writable %arg8 : (tensor<?x?x1x?xf32>, memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>>) -> () loc(#loc9)
+    bufferization.materialize_in_destination %25#0 in restrict writable %arg8 : (tensor<?x?x1x?xf32>, memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>>) -> () loc(#loc9)
     return loc(#loc)
   } loc(#loc)
 } loc(#loc)
