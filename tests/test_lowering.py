@@ -96,3 +96,23 @@ def test_softmax_exp_is_within_one_ulp_and_handles_special_values():
     special = rows(np.array([0, -0.0, -np.inf, -200, -103.99, np.nan], np.float32))
     np.testing.assert_array_equal(special[:, 1], [0.5, 0.5, 0, 0, 0, np.nan])
     np.testing.assert_array_equal(special[:4, 0], [0.5, 0.5, 1, 1])
+
+
+@pytest.mark.parametrize("reused, body, results", [
+    # scores, scaled, exp and probs share one buffer: only it and the two row reductions are allocated
+    (True, "let s = q @ k;\n  let t = s * broadcast(c);\n  let p = softmax(t, axis=1);\n  let o = p @ v;", "o"),
+    # t is read twice, so softmax cannot write over it: one more buffer
+    (False, "let s = q @ k;\n  let t = s * broadcast(c);\n  let p = softmax(t, axis=1);\n  let o = p @ v;\n  let u = t * p;",
+     "o, u"),
+])
+def test_dying_operands_are_updated_in_place(reused, body, results):
+    from kina.pipeline import run_stages
+    out_types = ", ".join("tensor<F32, [1, 8], @host>" if r == "o" else "tensor<F32, [1, N], @host>"
+                          for r in results.split(", "))
+    source = (f"let f = fn(q: tensor<F32, [1, 8], @host>, k: tensor<F32, [8, N], @host>, v: tensor<F32, [N, 8], @host>,\n"
+              f"  c: tensor<F32, [1, 1], @host>) -> ({out_types}) {{\n  {body}\n  ({results})\n}}\n")
+    lowered = run_stages(source, "reuse.kina", until="lowered").module.operation.get_asm()
+    assert lowered.count("llvm.call @malloc(") == (3 if reused else 4)
+    r = np.random.default_rng(5)
+    q, k, v, c = (r.standard_normal(s).astype(np.float32) for s in [(1, 8), (8, 40), (40, 8), (1, 1)])
+    check_against_numpy(source, "f", q, k, v, c)
