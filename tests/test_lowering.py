@@ -116,3 +116,42 @@ def test_dying_operands_are_updated_in_place(reused, body, results):
     r = np.random.default_rng(5)
     q, k, v, c = (r.standard_normal(s).astype(np.float32) for s in [(1, 8), (8, 40), (40, 8), (1, 1)])
     check_against_numpy(source, "f", q, k, v, c)
+
+
+def sequential_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The summation order Kina's matmuls promise: for each output element, k ascending,
+    fmul then fadd, each rounded to the dtype (NumPy's elementwise ops round each one)."""
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], a.dtype)
+    for k in range(a.shape[-1]):
+        acc = acc + a[..., :, k:k + 1] * b[..., k:k + 1, :]
+    return acc
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("K, N", [(1, 32), (7, 16), (64, 64), (300, 96), (33, 128), (9, 160), (70, 200), (5, 1000)])
+def test_matmul_sums_in_ascending_k_order_bit_for_bit(K, N, static):
+    """Rows kept in registers (N = 32..128 floats), rows streamed 8 at a time (the
+    others), and both kinds of fused concat: all sum in ascending k, so all match the
+    sequential float32 reference exactly."""
+    import kina
+    from conftest import specialize
+    source = """
+let f = fn(m: tensor<F32, [3, K], @host>, q: tensor<F32, [1, K], @host>, p: tensor<F32, [1, K+1], @host>,
+  a: tensor<F32, [K, N], @host>, b: tensor<F32, [K, 1], @host>, c: tensor<F32, [1, N], @host>)
+  -> (tensor<F32, [3, N], @host>, tensor<F32, [1, N+1], @host>, tensor<F32, [K, N+1], @host>,
+      tensor<F32, [1, N], @host>, tensor<F32, [K+1, N], @host>) {
+  let x = concat[axis=1] a b;
+  let y = concat[axis=0] a c;
+  (m @ a, q @ x, x, p @ y, y)
+}
+"""
+    if static:
+        source = specialize(source, K=K, N=N)
+    r = np.random.default_rng(K * N)
+    m, q, p, a, b, c = (r.standard_normal(s).astype(np.float32) for s in [(3, K), (1, K), (1, K + 1), (K, N), (K, 1), (1, N)])
+    plain, fused, x, fused_rows, y = kina.compile_source(source, "order.kina").f(m, q, p, a, b, c)
+    np.testing.assert_array_equal(x, np.concatenate([a, b], axis=1))
+    np.testing.assert_array_equal(y, np.concatenate([a, c], axis=0))
+    np.testing.assert_array_equal(plain, sequential_matmul(m, a))
+    np.testing.assert_array_equal(fused, sequential_matmul(q, x))
+    np.testing.assert_array_equal(fused_rows, sequential_matmul(p, y))

@@ -518,7 +518,7 @@ def exp_f32(x: ir.Value) -> ir.Value:
 UNROLL_K = 8
 VECTOR_BYTES = 128
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs
-REGISTER_ROW_BYTES = 512  # a fused matmul's rows up to this long keep their sums in registers
+REGISTER_ROW_BYTES = 512  # a matmul's output rows up to this long keep their sums in registers
 
 
 def _matmul_kind(op) -> str | None:
@@ -574,13 +574,13 @@ def matmuls_to_loops(module: ir.Module, unroll: int = UNROLL_K, vector_bytes: in
     measured 2x slower). `fence_nontemporal_stores` then orders them before the
     function returns.
 
-    A fused matmul whose rows are short (a whole number of vectors, at most
-    `REGISTER_ROW_BYTES`, like the values of one attention head; checked at run
-    time when the length is symbolic)
-    instead keeps the whole output row in vector registers while k runs, so that
-    each rhs row costs its loads and non-temporal stores and nothing else: one
-    read and one write stream, like a plain copy. It needs every slot row to start
-    on an `NT_ALIGN` boundary, which is checked at run time (the slot is a caller's
+    A matmul whose output rows are short (a whole number of vectors, at most
+    `REGISTER_ROW_BYTES`, like one attention head's values; checked at run time
+    when the length is symbolic) instead keeps the whole output row in vector
+    registers while k runs, in the same k order: each rhs row costs its loads (and,
+    fused, its non-temporal stores) and nothing else, one read stream (and one
+    write stream) like a plain copy. A fused one needs every slot row to start on an
+    `NT_ALIGN` boundary, which is checked at run time (the slot is a caller's
     buffer); a misaligned slot takes the row-at-a-time loops above.
     """
     from mlir.dialects import memref, scf, vector
@@ -632,7 +632,7 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, 
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
     # the row lengths (in vectors) whose sums a fused matmul keeps in registers
     most = REGISTER_ROW_BYTES // (width * elt_bytes)
-    register_vectors = [] if slot is None else list(range(1, most + 1)) if acc_t.shape[-1] == DYN else \
+    register_vectors = list(range(1, most + 1)) if acc_t.shape[-1] == DYN else \
         [acc_t.shape[-1] // width] if acc_t.shape[-1] % width == 0 and 0 < acc_t.shape[-1] // width <= most else []
     if slot is not None:  # where slot rows start, to align the non-temporal stores
         meta = memref.ExtractStridedMetadataOp(slot)
@@ -700,27 +700,31 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, 
             for j, a in zip(js, loop.inner_iter_args):
                 y = vector.LoadOp(vtype, rhs, [*b, k, j]).result
                 new.append(arith.AddFOp(a, arith.MulFOp(x, y).result).result)
-                vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
+                if slot is not None:
+                    vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
             scf.YieldOp(new)
         for j, a in zip(js, loop.results):
             vector.StoreOp(a, acc, [*outer, j])
 
     def vectors_in_registers(outer):
-        """N / width if the row of sums fits the registers and every slot row starts on an
-        NT_ALIGN boundary; 0 if not."""
+        """N / width if the row of sums is a whole number of vectors and, when fused, every
+        slot row starts on an NT_ALIGN boundary; 0 if not."""
+        whole = arith.RemUIOp(N, cst(width)).result
+        if slot is None:
+            ok = arith.CmpIOp(arith.CmpIPredicate.eq, whole, zero).result
+            return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
         lin = slot_offset
         for i, stride in zip(outer[:-1], slot_strides[:-2]):
             lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
         first = arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
         row = arith.MulIOp(slot_strides[-2], cst(elt_bytes)).result
         bad = arith.OrIOp(arith.OrIOp(arith.RemUIOp(first, cst(NT_ALIGN)).result,
-                                      arith.RemUIOp(row, cst(NT_ALIGN)).result).result,
-                          arith.RemUIOp(N, cst(width)).result).result
+                                      arith.RemUIOp(row, cst(NT_ALIGN)).result).result, whole).result
         ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
         return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
 
     def per_row(outer, nt):
-        if not (nt and register_vectors):
+        if not register_vectors:
             return rows_one_at_a_time(outer, nt)
 
         def case(switch, i, n_vectors):
