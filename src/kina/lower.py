@@ -95,6 +95,27 @@ def memref_type(t: TensorType) -> ir.MemRefType:
     return ir.MemRefType.get([d.const if d.is_static else DYN for d in t.dims], element_type(t.dtype), layout)
 
 
+def _rewrite_each(module: ir.Module, match, rewrite) -> int:
+    """Walk `module`; for every op that `match(op)` gives a truthy answer, build
+    `rewrite(op, answer)` in its place (and at its location), then erase the op.
+    Returns how many were rewritten. The post-bufferization rewrites use it."""
+    found = []
+
+    def visit(op):
+        answer = match(op)
+        if answer:
+            found.append((op, answer))
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        module.operation.walk(visit)
+        for op, answer in found:
+            with ir.InsertionPoint(op), op.location:
+                rewrite(op, answer)
+            op.erase()
+    return len(found)
+
+
 def copies_to_linalg(module: ir.Module) -> int:
     """After bufferization: rewrite every `memref.copy` as a `linalg.copy`.
 
@@ -102,19 +123,8 @@ def copies_to_linalg(module: ir.Module) -> int:
     otherwise lower to a call to `memrefCopy` from MLIR's C runner library; as a
     linalg op it lowers to plain loops that LLVM vectorises. Returns the count.
     """
-    copies = []
-
-    def visit(op):
-        if op.name == "memref.copy":
-            copies.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in copies:
-        with ir.InsertionPoint(op), op.location:
-            linalg.copy(op.operands[0], outs=[op.operands[1]])
-        op.erase()
-    return len(copies)
+    return _rewrite_each(module, lambda op: op.name == "memref.copy",
+                         lambda op, _: linalg.copy(op.operands[0], outs=[op.operands[1]]))
 
 
 def _affine_dims(n: int) -> list:
@@ -459,20 +469,8 @@ class _FunctionLowering:
 def exps_to_arith(module: ir.Module) -> int:
     """Replace every f32 `math.exp` by `exp_f32`'s arith ops (in place, so it runs at
     any stage; kinac runs it after bufferization). Returns the count."""
-    found = []
-
-    def visit(op):
-        if op.name == "math.exp" and op.results[0].type == ir.F32Type.get():
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    with module.context:
-        module.operation.walk(visit)
-        for op in found:
-            with ir.InsertionPoint(op), op.location:
-                op.results[0].replace_all_uses_with(exp_f32(op.operands[0]))
-            op.erase()
-    return len(found)
+    return _rewrite_each(module, lambda op: op.name == "math.exp" and op.results[0].type == ir.F32Type.get(),
+                         lambda op, _: op.results[0].replace_all_uses_with(exp_f32(op.operands[0])))
 
 
 def exp_f32(x: ir.Value) -> ir.Value:
@@ -584,22 +582,8 @@ def matmuls_to_loops(module: ir.Module, unroll: int = UNROLL_K, vector_bytes: in
     buffer); a misaligned slot takes the row-at-a-time loops above.
     """
     from mlir.dialects import memref, scf, vector
-    found = []
-
-    def visit(op):
-        kind = _matmul_kind(op)
-        if kind:
-            found.append((op, kind))
-        return ir.WalkResult.ADVANCE
-
-    with module.context:
-        module.operation.walk(visit)
-        for op, kind in found:
-            with ir.InsertionPoint(op), op.location:
-                _emit_matmul_loops(op, unroll if kind == "plain" else 1, vector_bytes, memref, scf, vector,
-                                   nontemporal=kind == "fused")
-            op.erase()
-    return len(found)
+    return _rewrite_each(module, _matmul_kind, lambda op, kind: _emit_matmul_loops(
+        op, unroll if kind == "plain" else 1, vector_bytes, memref, scf, vector, nontemporal=kind == "fused"))
 
 
 def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, nontemporal: bool = False) -> None:
@@ -792,20 +776,7 @@ def sums_to_loops(module: ir.Module, lanes_bytes: int = REDUCTION_BYTES) -> int:
     partial sums are also more accurate than one running sum.
     """
     from mlir.dialects import memref, scf, vector
-    found = []
-
-    def visit(op):
-        if _sum_kind(op):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    with module.context:
-        module.operation.walk(visit)
-        for op in found:
-            with ir.InsertionPoint(op), op.location:
-                _emit_sum_loops(op, lanes_bytes, memref, scf, vector)
-            op.erase()
-    return len(found)
+    return _rewrite_each(module, _sum_kind, lambda op, _: _emit_sum_loops(op, lanes_bytes, memref, scf, vector))
 
 
 def _emit_sum_loops(op, lanes_bytes: int, memref, scf, vector) -> None:
