@@ -218,10 +218,20 @@ class _Spy:
         self.kernels, self.sizes = kernels, []
 
     def __getattr__(self, name):
-        def call(*args):
-            self.sizes.append((name, args[1].shape[-1] if name != "apply" else args[1].shape[2]))
-            return getattr(self.kernels, name)(*args)
-        return call
+        spy, fn = self, getattr(self.kernels, name)
+
+        def record(args):
+            spy.sizes.append((name, args[1].shape[-1] if name != "apply" else args[1].shape[2]))
+
+        class Recorded:  # the checked call and the raw one that KVCache.attend makes
+            def __call__(self, *args):
+                record(args)
+                return fn(*args)
+
+            def _call(self, arrays, outs):
+                record(arrays)
+                return fn._call(arrays, outs)
+        return Recorded()
 
 
 def test_kernels_see_only_the_filled_prefix():
@@ -493,3 +503,12 @@ def test_causal_attention_matches_numpy_and_checks_k_t():
         causal_attention(q, k[0, 0], v, 0.5)
     with pytest.raises(ValueError, match="k_t holds no positions"):
         causal_attention(q, k[..., :0], v, 0.5)
+
+
+def test_attend_takes_any_query_view():
+    """KVCache calls its kernel without the runtime's checks, so it passes a query whose
+    innermost stride is not one element as a contiguous copy itself."""
+    cache = filled(5)
+    q = rand(np.random.default_rng(12), B, H, 1, 2 * Dh)[..., ::2]
+    assert q.strides[-1] != q.itemsize
+    assert_same(cache.attend(q, 0.5), cache.attend(np.ascontiguousarray(q), 0.5))

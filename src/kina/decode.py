@@ -237,8 +237,13 @@ class KVCache:
         return self._attend(q, s)
 
     def _attend(self, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        # Every argument is known good here (q checked by the caller, the rest built by
+        # this cache), so the kernel is called without the runtime's per-call checks.
         n = self._n
-        return self._kernels.attend(q, self._k[..., :n], self._v[:, :, :n, :], scale)[0]
+        out = runtime.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
+        q = q if runtime.passable(q) else np.ascontiguousarray(q)
+        self._kernels.attend._call([q, self._k[..., :n], self._v[:, :, :n, :], scale], [out])
+        return out
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
         """The Section 19 step in place: append k_new and v_new, then attend with q."""
