@@ -35,8 +35,9 @@ Inputs rotate across independent sets: enough sets that their total size is at l
 --working-set-mib (default 8x the last-level cache) and never fewer than two, with one counter
 per pool shared by the variants that use it, so no call finds its data left in cache by the
 previous one. Short calls are timed in batches over consecutive sets (~0.5 ms a sample).
-Before each sample, an untimed read of twice the last-level cache writes back whatever the
-previous variant left dirty there, so no variant pays for its predecessor's stores.
+Each sample starts with one untimed call of the same variant on another set, so every timed
+call finds the cache as a loop of that variant leaves it: it pays for writing back its own
+predecessor's dirty lines (as it would in a decode loop), never another variant's.
 Every array starts on a 64-byte boundary (kina.runtime.empty), as Kina allocates its results:
 in a decode loop the caches passed in are the previous step's results. All variants share them.
 
@@ -416,22 +417,21 @@ def run_size(z: Size, args, mod, torch, set_blas_threads, bw: dict, notes: list[
             v.run(item)
             if v.after:
                 v.after()
-    # Each sample starts from the same cache state: an untimed read of twice the LLC evicts
-    # (and so writes back) the lines the previous variant dirtied, which the next variant's
-    # reads would otherwise pay for: a step that writes its caches would slow whatever follows.
-    scrub = np.ones(2 * llc_bytes() // F32, np.float32)
+    # Each sample starts with one untimed call of the same variant on another set, so the
+    # cache holds what that variant leaves behind in a loop of its own: the timed calls pay
+    # for writing back their own predecessor's dirty lines, never another variant's.
     gc.disable()
     try:
         for rep in range(args.repeats):
             order = variants[rep % len(variants):] + variants[:rep % len(variants)]
             for v in order:
-                items = v.pool.take(inner)
+                first, *items = v.pool.take(inner + 1)
                 if v.prepare:
-                    for item in items:
+                    for item in (first, *items):
                         v.prepare(item)
                 if v.before:
                     v.before()
-                scrub.sum()  # write back what the previous variant left dirty, untimed
+                v.run(first)
                 t = time.perf_counter()
                 for item in items:
                     v.run(item)

@@ -512,3 +512,11 @@ def test_attend_takes_any_query_view():
     q = rand(np.random.default_rng(12), B, H, 1, 2 * Dh)[..., ::2]
     assert q.strides[-1] != q.itemsize
     assert_same(cache.attend(q, 0.5), cache.attend(np.ascontiguousarray(q), 0.5))
+
+
+def test_step_on_an_empty_cache_with_no_new_position_is_refused():
+    cache = filled(0)
+    q = np.zeros((B, H, 1, Dh), np.float32)
+    with pytest.raises(ValueError, match="step: the cache is empty"):
+        cache.step(q, np.zeros((B, H, Dh, 0), np.float32), np.zeros((B, H, 0, Dh), np.float32), 1.0)
+    assert cache.n_filled == 0

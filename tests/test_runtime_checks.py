@@ -296,3 +296,18 @@ def test_results_and_runtime_empty_start_on_a_cache_line():
         a = empty(shape, dtype)
         assert a.shape == shape and a.dtype == dtype and a.ctypes.data % ALIGN == 0
     assert not zeros((4, 5)).any()
+
+
+def test_misaligned_rank_0_argument_is_copied_as_rank_0():
+    """A misaligned array is copied before the call; a 0-d one must stay 0-d (its memref
+    descriptor has no sizes), or every later descriptor would be read from the wrong words."""
+    source = ("let f = fn(s: tensor<F32, [], @host>, a: tensor<F32, [2, N], @host>)\n"
+              "  -> (tensor<F32, [], @host>, tensor<F32, [2, N], @host>) {\n  (s * s, a + a)\n}\n")
+    raw = np.zeros(17, np.uint8)
+    s = raw[1:5].view(np.float32).reshape(())
+    s[...] = 3
+    assert not s.flags.aligned
+    a = np.arange(10, dtype=np.float32).reshape(2, 5)
+    square, twice = kina.compile_source(source, "rank0.kina").f(s, a)
+    assert square.shape == () and square == 9
+    np.testing.assert_array_equal(twice, a + a)

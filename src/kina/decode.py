@@ -241,7 +241,7 @@ class KVCache:
         # this cache), so the kernel is called without the runtime's per-call checks.
         n = self._n
         out = runtime.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
-        q = q if runtime.passable(q) else np.ascontiguousarray(q)
+        q = q if runtime.passable(q) else np.array(q, order="C")
         self._kernels.attend._call([q, self._k[..., :n], self._v[:, :, :n, :], scale], [out])
         return out
 
@@ -250,6 +250,8 @@ class KVCache:
         self._query("step", q)
         s = self._scale("step", scale)
         n = self._check_kv("step", k_new, v_new)  # everything is checked before the cache changes
+        if self._n + n == 0:
+            raise ValueError("step: the cache is empty (n_filled = 0) and k_new/v_new add no position")
         self._write(k_new, v_new, n)
         return self._attend(q, s)
 

@@ -496,7 +496,10 @@ def exp_f32(x: ir.Value) -> ir.Value:
     lo, hi = -104.0, 88.72283935546875  # beyond them e**x is 0 and inf in f32
     nan = cmp(arith.CmpFPredicate.UNO, x, x)
     xs = sel(nan, c(0.0), arith.MinimumFOp(arith.MaximumFOp(x, c(lo)).result, c(hi)).result)
-    k = math.RoundEvenOp(mul(xs, c(1.44269504088896341))).result
+    # round to nearest even by adding and taking away 1.5 * 2**23 (exact for |x| < 2**22):
+    # math.roundeven would be a libm call, not vectorised, on CPUs without SSE4.1
+    magic = c(12582912.0)
+    k = arith.SubFOp(add(mul(xs, c(1.44269504088896341)), magic), magic).result
     r = add(add(xs, mul(k, c(-0.693359375))), mul(k, c(2.12194440e-4)))
     y = c(1.9875691500e-4)
     for coeff in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):

@@ -53,24 +53,26 @@ def passable(a: np.ndarray) -> bool:
 ALIGN = 64  # bytes: a cache line, and what the compiled code's non-temporal vector stores need
 
 
+def _aligned(allocate, shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    raw = allocate(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def empty(shape, dtype=np.float32) -> np.ndarray:
     """Like `np.empty`, but the data starts on an `ALIGN`-byte boundary (NumPy's own
     large arrays start 16 bytes past a page). Results are allocated this way: rows
     that start on a cache line are read with whole-line loads and written with
     non-temporal stores, which is what the compiled kernels' fast paths need."""
-    dtype = np.dtype(dtype)
-    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return _aligned(np.empty, shape, dtype)
 
 
 def zeros(shape, dtype=np.float32) -> np.ndarray:
-    """`empty`, filled with zeros."""
-    a = empty(shape, dtype)
-    a.fill(0)
-    return a
+    """`empty`, zero-filled lazily, as `np.zeros` is: untouched pages cost no memory."""
+    return _aligned(np.zeros, shape, dtype)
 
 
 def _descriptor_words(arrays) -> array.array:
@@ -159,7 +161,7 @@ def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[li
             if sym in env and env[sym] != n:
                 raise ValueError(f"{name}(): dim {sym} is {env[sym]} from {where[sym]} but {n} from {pname} (dim {axis})")
             env[sym], where[sym] = n, pname
-        arrays.append(a if passable(a) else np.ascontiguousarray(a))
+        arrays.append(a if passable(a) else np.array(a, order="C"))  # a new, aligned copy; keeps rank 0
     for (pname, *_, compound), a in zip(params, arrays):  # compound dims like S+1 in a parameter
         for axis, d in compound:
             if d.evaluate(env) != a.shape[axis]:
