@@ -9,12 +9,14 @@ Guarantees: before every call the arguments are checked against the signature
 value); a mismatch is a TypeError or ValueError naming the parameter, never a
 crash. Inputs are never modified. Views are passed as they are (the compiled
 code takes any outer strides); only an array whose innermost stride is not one
-element, or that is misaligned, is copied first. Results, whatever their size, are allocated here with
-NumPy and filled by the callee (out-params), so NumPy owns and frees them.
+element, or that is misaligned, is copied first. Results, whatever their size,
+are allocated here with NumPy, starting on a 64-byte boundary (`empty`), and
+filled by the callee (out-params), so NumPy owns and frees them.
 This module imports neither `mlir` nor `lark`.
 
 Calling convention (what `kinac` emits): `_mlir_ciface_kina_<fn>(in_0*, ..., out_0*, ...)`
-where each pointer is a memref descriptor {allocated, aligned, offset, sizes[r], strides[r]}.
+where each pointer is a memref descriptor {allocated, aligned, offset, sizes[r], strides[r]}
+(all int64; one call's descriptors are packed back to back in one buffer).
 """
 from __future__ import annotations
 
