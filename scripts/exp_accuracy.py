@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from kina import lower, pipeline, toolchain  # noqa: E402
+from kina import pipeline, toolchain  # noqa: E402
 
 
 class Descriptor(ctypes.Structure):
