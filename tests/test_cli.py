@@ -273,6 +273,7 @@ def test_bench_times_compiled_against_numpy_and_checks_agreement(capsys):
                           "--dim", "B=1", "--dim", "H=2", "--dim", "Dh=4", "--dim", "S=9")
     assert code == 0, err
     assert re.search(r"^kina\s+median\s+[\d.]+ ms .*3 calls\)$", out, re.M)
+    assert re.search(r"^kina into\s+median\s+[\d.]+ ms .*3 calls\)$", out, re.M)
     assert re.search(r"^numpy\s+median\s+[\d.]+ ms", out, re.M)
     assert re.search(r"^kina / numpy: [\d.]+ {2}\(results agree; largest difference [\d.e+-]+\)$", out, re.M)
 
