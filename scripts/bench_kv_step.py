@@ -90,6 +90,7 @@ from typing import Callable
 import numpy as np
 
 import kina
+from kina.decode import KVCache
 from kina.runtime import empty as aligned_empty
 from kina.runtime import bind
 from validate_kv_cache import reference_numpy as reference  # the plain step, for the spot checks
@@ -323,40 +324,28 @@ def build_variants(z: Size, args, fpool: Pool, rng, mod, torch, set_blas_threads
         v[:, :, :S] = rng.standard_normal((B, H, S, Dh), dtype=np.float32)
         return k, v
 
-    kv_cache = getattr(getattr(kina, "decode", None), "KVCache", None)
-    if kv_cache is None:
-        try:
-            from kina.decode import KVCache as kv_cache
-        except ImportError:
-            kv_cache = None
-    if kv_cache is None:
-        notes.append("kina.decode.KVCache does not exist yet: the in-place rows are skipped")
-    else:
-        try:
-            caches = []
-            for i in range(n_sets):
-                k, v = fresh_prefix()
-                c = kv_cache(B, H, Dh, T)
-                c.append(k[..., :S], v[:, :, :S])
-                caches.append({"cache": c, "small": small[i % len(small)]})
-            item = caches[0]
-            d = item["small"]
-            item["cache"].crop(S)
-            got = item["cache"].step(d["q"], d["k_new"], d["v_new"], d["scale_f"])
-            want = reference(d["q"], item["cache"].keys()[..., :S], d["k_new"],
-                             item["cache"].values()[:, :, :S], d["v_new"], d["scale"])[2]
-            if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
-                notes.append(f"{z.label}: kina in place context differs from NumPy "
-                             f"(max abs error {float(np.abs(got - want).max()):.3g})")
-            ipool = Pool(caches, per_set)
+    caches = []
+    for i in range(n_sets):
+        k, v = fresh_prefix()
+        c = KVCache(B, H, Dh, T)
+        c.append(k[..., :S], v[:, :, :S])
+        caches.append({"cache": c, "small": small[i % len(small)]})
+    item = caches[0]
+    d = item["small"]
+    item["cache"].crop(S)
+    got = item["cache"].step(d["q"], d["k_new"], d["v_new"], d["scale_f"])
+    want = reference(d["q"], item["cache"].keys()[..., :S], d["k_new"],
+                     item["cache"].values()[:, :, :S], d["v_new"], d["scale"])[2]
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        notes.append(f"{z.label}: kina in place context differs from NumPy "
+                     f"(max abs error {float(np.abs(got - want).max()):.3g})")
+    ipool = Pool(caches, per_set)
 
-            def kina_inplace(item):
-                d = item["small"]
-                item["cache"].step(d["q"], d["k_new"], d["v_new"], d["scale_f"])
-            variants.append(Variant("kina in place", ipool, kina_inplace, prepare=lambda it: it["cache"].crop(S),
-                                    ref="numpy in place", floor="in place"))
-        except Exception as e:  # an API still in the making: say what failed, keep the other rows
-            notes.append(f"kina.decode.KVCache is there but the in-place step failed: {type(e).__name__}: {e}")
+    def kina_inplace(item):
+        d = item["small"]
+        item["cache"].step(d["q"], d["k_new"], d["v_new"], d["scale_f"])
+    variants.append(Variant("kina in place", ipool, kina_inplace, prepare=lambda it: it["cache"].crop(S),
+                            ref="numpy in place", floor="in place"))
 
     bufs = []
     for i in range(n_sets):

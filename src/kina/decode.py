@@ -241,8 +241,7 @@ class KVCache:
         # this cache), so the kernel is called without the runtime's per-call checks.
         n = self._n
         out = runtime.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
-        q = q if runtime.passable(q) else np.array(q, order="C")
-        self._kernels.attend._call([q, self._k[..., :n], self._v[:, :, :n, :], scale], [out])
+        self._kernels.attend._call([runtime.as_passable(q), self._k[..., :n], self._v[:, :, :n, :], scale], [out])
         return out
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:

@@ -586,54 +586,75 @@ def matmuls_to_loops(module: ir.Module, unroll: int = UNROLL_K, vector_bytes: in
     """
     from mlir.dialects import memref, scf, vector
     return _rewrite_each(module, _matmul_kind, lambda op, kind: _emit_matmul_loops(
-        op, unroll if kind == "plain" else 1, vector_bytes, memref, scf, vector, nontemporal=kind == "fused"))
+        op, unroll if kind == "plain" else 1, vector_bytes, memref, scf, vector))
 
 
-def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, nontemporal: bool = False) -> None:
+def _index(v: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), v).result
+
+
+def _dim(memref, m: ir.Value, a: int) -> ir.Value:
+    """Dim `a` of memref `m` as an index value (a constant when static)."""
+    n = ir.MemRefType(m.type).shape[a]
+    return _index(n) if n != DYN else memref.DimOp(m, _index(a)).result
+
+
+def _loop(scf, lo, hi, step, body, carried=()) -> list:
+    """scf.for from lo to hi by step; `body(iv, *carried)` returns the next carried values
+    (None when nothing is carried). Returns the final carried values."""
+    loop = scf.ForOp(lo, hi, step, list(carried))
+    with ir.InsertionPoint(loop.body):
+        scf.YieldOp(body(loop.induction_variable, *loop.inner_iter_args) or [])
+    return list(loop.results)
+
+
+def _nest(scf, sizes, body, outer=()) -> None:
+    """Loops over every index of `sizes`, outermost first, calling `body(indices)` inside."""
+    if len(outer) == len(sizes):
+        body(list(outer))
+    else:
+        _loop(scf, _index(0), sizes[len(outer)], _index(1), lambda iv: _nest(scf, sizes, body, (*outer, iv)))
+
+
+def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector) -> None:
     lhs, rhs = list(op.opview.inputs)
     acc, *slot = list(op.opview.outputs)
-    slot = slot[0] if slot else None
+    slot = slot[0] if slot else None  # a fused matmul's concat slot, written with non-temporal stores
     acc_t = ir.MemRefType(acc.type)
     rank, elt = acc_t.rank, acc_t.element_type
-    idx = ir.IndexType.get()
-
-    def cst(v):
-        return arith.ConstantOp(idx, v).result
-
-    def dim(m, a):
-        t = ir.MemRefType(m.type)
-        return cst(t.shape[a]) if t.shape[a] != DYN else memref.DimOp(m, cst(a)).result
-
-    def for_(lo, hi, step, body):
-        loop = scf.ForOp(lo, hi, step)
-        with ir.InsertionPoint(loop.body):
-            body(loop.induction_variable)
-            scf.YieldOp([])
-
-    zero, one = cst(0), cst(1)
-    sizes = [dim(acc, a) for a in range(rank)]  # batch..., I, N
-    K, N = dim(lhs, rank - 1), sizes[-1]
+    cst, zero, one = _index, _index(0), _index(1)
+    sizes = [_dim(memref, acc, a) for a in range(rank)]  # batch..., I, N
+    K, N = _dim(memref, lhs, rank - 1), sizes[-1]
     elt_bytes = elt.width // 8
     width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
-    # the row lengths (in vectors) whose sums a fused matmul keeps in registers
-    most = REGISTER_ROW_BYTES // (width * elt_bytes)
-    register_vectors = list(range(1, most + 1)) if acc_t.shape[-1] == DYN else \
-        [acc_t.shape[-1] // width] if acc_t.shape[-1] % width == 0 and 0 < acc_t.shape[-1] // width <= most else []
+    # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
+    most, n_static = REGISTER_ROW_BYTES // (width * elt_bytes), acc_t.shape[-1]
+    if n_static == DYN:
+        register_vectors = list(range(1, most + 1))
+    else:
+        register_vectors = [n_static // width] if n_static % width == 0 and 0 < n_static // width <= most else []
     if slot is not None:  # where slot rows start, to align the non-temporal stores
         meta = memref.ExtractStridedMetadataOp(slot)
         slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result
         slot_offset, slot_strides = meta.offset, list(meta.strides)
 
-    def rows(outer, k0, count, nt):
+    def slot_address(indices):
+        """The byte address of slot[*indices, 0, ...]."""
+        lin = slot_offset
+        for i, stride in zip(indices, slot_strides):
+            lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
+        return arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
+
+    def rows(outer, k0, count):
         """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
-        (and slot[b, k, :] = rhs[b, k, :] when fused, with non-temporal stores if `nt`)."""
+        (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused)."""
         b = outer[:-1]
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
         xs = [memref.LoadOp(lhs, [*outer, k]).result for k in ks]
 
-        def step(j, vec, nt):
+        def step(j, vec):
             if vec:
                 load = lambda m, ix: vector.LoadOp(vtype, m, ix).result
                 store = lambda v, m, ix: vector.StoreOp(v, m, ix)
@@ -646,96 +667,77 @@ def _emit_matmul_loops(op, unroll: int, vector_bytes: int, memref, scf, vector, 
             for x, k in zip(xv, ks):
                 y = load(rhs, [*b, k, j])
                 a = arith.AddFOp(a, arith.MulFOp(x, y).result).result
-                if slot is not None:
-                    if vec and nt:
-                        vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
-                    elif nt:
-                        memref.StoreOp(y, slot, [*b, k, j], nontemporal=True)
-                    else:
-                        store(y, slot, [*b, k, j])
+                if slot is not None and vec:
+                    vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
+                elif slot is not None:
+                    memref.StoreOp(y, slot, [*b, k, j], nontemporal=True)
             store(a, acc, [*outer, j])
 
         start = zero
-        if nt and use_vectors:  # scalar steps up to the slot row's first NT_ALIGN-byte boundary (at most N)
-            lin = slot_offset
-            for i, stride in zip([*b, ks[0]], slot_strides[:-1]):
-                lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
-            addr = arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
+        if slot is not None and use_vectors:  # scalar steps up to the slot row's first NT_ALIGN boundary (at most N)
+            addr = slot_address([*b, ks[0]])
             gap = arith.RemUIOp(arith.SubIOp(cst(NT_ALIGN), arith.RemUIOp(addr, cst(NT_ALIGN)).result).result,
                                 cst(NT_ALIGN)).result
             start = arith.MinUIOp(arith.DivUIOp(gap, cst(elt_bytes)).result, N).result
-            for_(zero, start, one, lambda j: step(j, False, nt))
+            _loop(scf, zero, start, one, lambda j: step(j, False))
         n_vec = start
         if use_vectors:
             w = cst(width)
             left = arith.SubIOp(N, start).result
             n_vec = arith.AddIOp(start, arith.SubIOp(left, arith.RemUIOp(left, w).result).result).result
-            for_(start, n_vec, w, lambda j: step(j, True, nt))
-        for_(n_vec, N, one, lambda j: step(j, False, nt))
+            _loop(scf, start, n_vec, w, lambda j: step(j, True))
+        _loop(scf, n_vec, N, one, lambda j: step(j, False))
 
     def rows_in_registers(outer, n_vectors):
-        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] and slot[b, k, :] = rhs[b, k, :] for every k,
-        in order, with the row of sums (`n_vectors` vectors) carried through the k loop in registers."""
+        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] (and, fused, slot[b, k, :] = rhs[b, k, :])
+        for every k, in order, with the row of sums (`n_vectors` vectors) carried in registers."""
         b = outer[:-1]
         js = [cst(v * width) for v in range(n_vectors)]
-        sums = [vector.LoadOp(vtype, acc, [*outer, j]).result for j in js]
-        loop = scf.ForOp(zero, K, one, sums)
-        with ir.InsertionPoint(loop.body):
-            k = loop.induction_variable
+
+        def add_row(k, *sums):
             x = vector.BroadcastOp(vtype, memref.LoadOp(lhs, [*outer, k]).result).result
             new = []
-            for j, a in zip(js, loop.inner_iter_args):
+            for j, a in zip(js, sums):
                 y = vector.LoadOp(vtype, rhs, [*b, k, j]).result
                 new.append(arith.AddFOp(a, arith.MulFOp(x, y).result).result)
                 if slot is not None:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
-            scf.YieldOp(new)
-        for j, a in zip(js, loop.results):
+            return new
+        sums = _loop(scf, zero, K, one, add_row, [vector.LoadOp(vtype, acc, [*outer, j]).result for j in js])
+        for j, a in zip(js, sums):
             vector.StoreOp(a, acc, [*outer, j])
 
     def vectors_in_registers(outer):
         """N / width if the row of sums is a whole number of vectors and, when fused, every
         slot row starts on an NT_ALIGN boundary; 0 if not."""
-        whole = arith.RemUIOp(N, cst(width)).result
-        if slot is None:
-            ok = arith.CmpIOp(arith.CmpIPredicate.eq, whole, zero).result
-            return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
-        lin = slot_offset
-        for i, stride in zip(outer[:-1], slot_strides[:-2]):
-            lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
-        first = arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
-        row = arith.MulIOp(slot_strides[-2], cst(elt_bytes)).result
-        bad = arith.OrIOp(arith.OrIOp(arith.RemUIOp(first, cst(NT_ALIGN)).result,
-                                      arith.RemUIOp(row, cst(NT_ALIGN)).result).result, whole).result
+        bad = arith.RemUIOp(N, cst(width)).result
+        if slot is not None:
+            row = arith.MulIOp(slot_strides[-2], cst(elt_bytes)).result
+            for misaligned in (slot_address(outer[:-1]), row):
+                bad = arith.OrIOp(bad, arith.RemUIOp(misaligned, cst(NT_ALIGN)).result).result
         ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
         return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
 
-    def per_row(outer, nt):
+    def rows_one_at_a_time(outer):
+        u = cst(unroll)
+        k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
+        _loop(scf, zero, k_main, u, lambda k: rows(outer, k, unroll))
+        _loop(scf, k_main, K, one, lambda k: rows(outer, k, 1))
+
+    def per_row(outer):
         if not register_vectors:
-            return rows_one_at_a_time(outer, nt)
+            return rows_one_at_a_time(outer)
 
         def case(switch, i, n_vectors):
             rows_in_registers(outer, n_vectors)
             scf.YieldOp([])
 
         def default(switch):
-            rows_one_at_a_time(outer, nt)
+            rows_one_at_a_time(outer)
             scf.YieldOp([])
         scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
 
-    def rows_one_at_a_time(outer, nt):
-        u = cst(unroll)
-        k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
-        for_(zero, k_main, u, lambda k: rows(outer, k, unroll, nt))
-        for_(k_main, K, one, lambda k: rows(outer, k, 1, nt))
-
-    def nest(a, outer, nt):
-        if a == rank - 1:
-            per_row(outer, nt)
-        else:
-            for_(zero, sizes[a], one, lambda iv: nest(a + 1, outer + [iv], nt))
-
-    nest(0, [], nontemporal)
+    _nest(scf, sizes[:-1], per_row)
 
 
 REDUCTION_BYTES = 256  # a sum's vector of partial sums: independent add chains to hide the add latency
@@ -786,25 +788,17 @@ def _emit_sum_loops(op, lanes_bytes: int, memref, scf, vector) -> None:
     (src,), (dst,) = list(op.opview.inputs), list(op.opview.outputs)
     src_t = ir.MemRefType(src.type)
     n, elt = src_t.rank, src_t.element_type
-    idx = ir.IndexType.get()
-    cst = lambda v: arith.ConstantOp(idx, v).result
-    zero, one = cst(0), cst(1)
+    zero, one = _index(0), _index(1)
     lanes = max(1, lanes_bytes // (elt.width // 8))
     vtype = ir.VectorType.get([lanes], elt)
-    size = [cst(src_t.shape[a]) if src_t.shape[a] != DYN else memref.DimOp(src, cst(a)).result for a in range(n)]
-
-    def loop(lo, hi, step, carried, body):
-        f = scf.ForOp(lo, hi, step, carried)
-        with ir.InsertionPoint(f.body):
-            scf.YieldOp(body(f.induction_variable, *f.inner_iter_args))
-        return list(f.results)
+    size = [_dim(memref, src, a) for a in range(n)]
 
     def row(outer):
         length = size[-1]
-        whole = arith.SubIOp(length, arith.RemUIOp(length, cst(lanes)).result).result
+        whole = arith.SubIOp(length, arith.RemUIOp(length, _index(lanes)).result).result
         partial = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(elt, 0.0))).result
-        partial, = loop(zero, whole, cst(lanes), [partial],
-                        lambda j, p: [arith.AddFOp(p, vector.LoadOp(vtype, src, [*outer, j]).result).result])
+        partial, = _loop(scf, zero, whole, _index(lanes),
+                         lambda j, p: [arith.AddFOp(p, vector.LoadOp(vtype, src, [*outer, j]).result).result], [partial])
         width = lanes
         while width > 1:  # pairwise: halves, quarters, ...
             width //= 2
@@ -813,17 +807,11 @@ def _emit_sum_loops(op, lanes_bytes: int, memref, scf, vector) -> None:
             hi = vector.ExtractStridedSliceOp(half, partial, [width], [width], [1]).result
             partial = arith.AddFOp(lo, hi).result
         total = arith.AddFOp(memref.LoadOp(dst, outer).result, vector.ExtractOp(partial, [], [0]).result).result
-        total, = loop(whole, length, one, [total],
-                      lambda j, t: [arith.AddFOp(t, memref.LoadOp(src, [*outer, j]).result).result])
+        total, = _loop(scf, whole, length, one,
+                       lambda j, t: [arith.AddFOp(t, memref.LoadOp(src, [*outer, j]).result).result], [total])
         memref.StoreOp(total, dst, outer)
 
-    def nest(a, outer):
-        if a == n - 1:
-            row(outer)
-        else:
-            loop(zero, size[a], one, [], lambda iv: (nest(a + 1, [*outer, iv]), [])[1])
-
-    nest(0, [])
+    _nest(scf, size[:-1], row)
 
 
 def fence_nontemporal_stores(module: ir.Module) -> int:

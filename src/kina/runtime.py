@@ -52,6 +52,11 @@ def passable(a: np.ndarray) -> bool:
     return not strides or strides[-1] == it or a.shape[-1] <= 1
 
 
+def as_passable(a: np.ndarray) -> np.ndarray:
+    """`a` itself if `passable`, else a new C-ordered, aligned copy (of the same rank, 0 included)."""
+    return a if passable(a) else np.array(a, order="C")
+
+
 ALIGN = 64  # bytes: a cache line, and what the compiled code's non-temporal vector stores need
 
 
@@ -163,7 +168,7 @@ def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[li
             if sym in env and env[sym] != n:
                 raise ValueError(f"{name}(): dim {sym} is {env[sym]} from {where[sym]} but {n} from {pname} (dim {axis})")
             env[sym], where[sym] = n, pname
-        arrays.append(a if passable(a) else np.array(a, order="C"))  # a new, aligned copy; keeps rank 0
+        arrays.append(as_passable(a))
     for (pname, *_, compound), a in zip(params, arrays):  # compound dims like S+1 in a parameter
         for axis, d in compound:
             if d.evaluate(env) != a.shape[axis]:
@@ -233,7 +238,8 @@ class Function:
 
     def _call(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         """The raw call, unchecked: `arrays` from `bind`, `outs` exactly as `call_into` requires.
-        Benchmarks use it to time the kernel alone; anything else should not."""
+        Benchmarks use it to time the kernel alone, and KVCache, which checks its own
+        arguments; anything else should call or `call_into`."""
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
         words = _descriptor_words((*arrays, *outs))
