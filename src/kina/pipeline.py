@@ -93,8 +93,15 @@ class Build:
 
     @property
     def target_cpu(self) -> str:
-        """The LLVM -mcpu name: this machine's CPU for "native"."""
+        """The CPU's LLVM name: this machine's for "native"."""
         return toolchain.host()[1] if self.options.cpu == "native" else self.options.cpu
+
+    @property
+    def target_args(self) -> list[str]:
+        """`opt`/`llc` target flags. For "native" LLVM's own `-mcpu=native`, which also
+        turns off the features this CPU's name implies but the machine does not have
+        (a znver4 under a hypervisor that hides AVX-512 must not get AVX-512 code)."""
+        return [f"-mcpu={self.options.cpu}"]
 
 
 def _stage_ast(b: Build) -> None:
@@ -148,7 +155,7 @@ def _stage_llvm(b: Build) -> None:
     triple, _ = toolchain.host()
     raw_path = b.workdir / "raw.ll"
     raw_path.write_bytes(raw)
-    b.llvm_ir = toolchain.run("opt", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={b.target_cpu}",
+    b.llvm_ir = toolchain.run("opt", [f"-O{b.options.opt_level}", f"-mtriple={triple}", *b.target_args,
                                       "-S", str(raw_path), "-o", "-"])
 
 
@@ -157,7 +164,7 @@ def _stage_obj(b: Build) -> None:
     ll.write_bytes(b.llvm_ir)
     triple, _ = toolchain.host()
     obj = b.workdir / "out.o"
-    toolchain.run("llc", [f"-O{b.options.opt_level}", f"-mtriple={triple}", f"-mcpu={b.target_cpu}",
+    toolchain.run("llc", [f"-O{b.options.opt_level}", f"-mtriple={triple}", *b.target_args,
                           "-relocation-model=pic", "-filetype=obj", str(ll), "-o", str(obj)])
     b.obj = obj.read_bytes()
 
