@@ -1,14 +1,19 @@
 """The negative corpus: every bad program in tests/errors/ gets its one clear, located error.
 
 Each file in tests/errors/ holds many small cases separated by `// ---` lines. A
-case carries its expected diagnostic in a comment, normally beside the offending line:
+case carries its expected diagnostic in a comment, normally beside the offending
+line, with its position relative to the comment, as MLIR's `expected-error@+1` does:
 
-    (a @ b)  // error: 3:4: matmul: contraction dims differ: lhs [1, 2, 1, 3] has K=3, ...
-    // note: 2:12: lhs 'a' defined here
+    let f = fn(a: tensor<F32, [1, 2, 1, 3], @host>, b: ...) -> (...) {
+      (a @ b)  // expected-error@:4 {{matmul: contraction dims differ: lhs [1, 2, 1, 3] has K=3, ...}}
+      // expected-note@-2:12 {{lhs 'a' defined here}}
 
-Line numbers are those of the whole file: a case is run as the file with every
-other case blanked out, so the numbers in the annotations are the ones an editor
-shows. When a case has `// note:` lines, the rendered notes must be exactly those.
+`@+N` and `@-N` count lines down or up from the annotation's own line, a bare `@`
+is that line itself, and `:COL` is the column, so inserting a case renumbers
+nothing. The position must fall inside the annotation's case. A case is run as
+the file with every other case blanked out, so the rendered line numbers are the
+ones an editor shows. When a case has `expected-note` lines, the rendered notes
+must be exactly those, in order.
 
 Each case runs through `kinac --emit mlir` (in process, so @device is refused at
 compile as it would be); the test checks exit status 1, the rendered first line
@@ -31,29 +36,36 @@ from conftest import check_against_numpy
 from kina import cli, syntax
 
 CORPUS = Path(__file__).resolve().parent / "errors"
-_ANNOTATION = re.compile(rb"//\s*(error|note): (\d+):(\d+): (.*?)\s*$")
+_ANNOTATION = re.compile(rb"//\s*expected-(error|note)@([+-]\d+)?:(\d+) \{\{(.*)\}\}\s*$")
+_ANY_ANNOTATION = re.compile(rb"expected-\w|//\s*(error|note)\b")  # so a typo is not skipped
 _SEPARATOR = re.compile(rb"^// ---")
 
 
-def corpus_cases() -> list:
-    """(file, index, text with other cases blanked, (line, col, message), [notes])."""
+def corpus_cases(folder: Path = CORPUS) -> list:
+    """(file, text with other cases blanked, (line, col, message), [notes]) per case."""
     cases = []
-    for path in sorted(CORPUS.glob("*.kina")):
+    for path in sorted(folder.glob("*.kina")):
         lines = path.read_bytes().split(b"\n")
         starts = [0] + [i + 1 for i, line in enumerate(lines) if _SEPARATOR.match(line)]
         ends = [i for i, line in enumerate(lines) if _SEPARATOR.match(line)] + [len(lines)]
         for index, (start, end) in enumerate(zip(starts, ends)):
             text = b"\n".join(line if start <= i < end else b"" for i, line in enumerate(lines))
             error, notes = None, []
-            for line in lines[start:end]:
-                m = _ANNOTATION.search(line)
-                if m:
-                    expected = (int(m[2]), int(m[3]), m[4].decode())
-                    if m[1] == b"error":
-                        assert error is None, f"{path.name} case {index}: two error annotations"
-                        error = expected
-                    else:
-                        notes.append(expected)
+            for i in range(start, end):
+                where = f"{path.name}:{i + 1} (case {index})"
+                m = _ANNOTATION.search(lines[i])
+                if not m:
+                    assert not _ANY_ANNOTATION.search(lines[i]), \
+                        f"{where}: malformed annotation; expected '// expected-error@+N:COL {{{{message}}}}'"
+                    continue
+                line = i + 1 + int(m[2] or 0)
+                assert start < line <= end, f"{where}: the annotation points at line {line}, outside its case"
+                expected = (line, int(m[3]), m[4].decode())
+                if m[1] == b"error":
+                    assert error is None, f"{where}: two error annotations in one case"
+                    error = expected
+                else:
+                    notes.append(expected)
             cases.append(pytest.param(path, text, error, notes, id=f"{path.stem}-{index}"))
     return cases
 
@@ -92,10 +104,26 @@ def assert_diagnostic(err: str, path: Path, source: bytes, line: int, col: int, 
 
 @pytest.mark.parametrize("path,text,error,notes", CASES)
 def test_corpus_case(path, text, error, notes, tmp_path, capsys):
-    assert error is not None, f"{path.name}: a case without an '// error: LINE:COL: message' annotation"
+    assert error is not None, f"{path.name}: a case without an '// expected-error@+N:COL {{{{message}}}}' annotation"
     status, written, err = run_kinac(tmp_path, path.name, text, capsys)
     assert status == 1, err
     assert_diagnostic(err, written, text, *error, notes)
+
+
+def test_a_wrong_offset_fails(tmp_path, capsys):
+    # The offsets are read and checked: the first matmul case, its error moved one line down, fails.
+    (tmp_path / "corpus").mkdir()
+    case = (CORPUS / "matmul.kina").read_bytes().split(b"// ---")[0]
+    assert b"(a @ b)  // expected-error@:4 " in case
+    (tmp_path / "corpus" / "moved.kina").write_bytes(case.replace(b"expected-error@:", b"expected-error@+1:"))
+    (param,) = corpus_cases(tmp_path / "corpus")
+    path, text, (line, col, message), notes = param.values
+    assert (line, col, [ln for ln, _, _ in notes]) == (4, 4, [2, 2])
+    status, written, err = run_kinac(tmp_path, path.name, text, capsys)
+    assert status == 1
+    assert_diagnostic(err, written, text, line - 1, col, message, notes)  # where the error really is
+    with pytest.raises(AssertionError):
+        assert_diagnostic(err, written, text, line, col, message, notes)
 
 
 # -- odd files that are generated rather than written out ---------------------------------
