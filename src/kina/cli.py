@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_main(argv[1:], bench=argv[0] == "bench")
         return compile_main(argv)
     except KinaError as e:
-        print(e.render(), file=sys.stderr)
+        from .diagnostics import use_color
+        print(e.render(color=use_color(sys.stderr)), file=sys.stderr)
         return 1
     except InternalError as e:
         print(f"kinac: {e}", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 In:  a location (file, line, column, optional end) and a message.
 Out: `KinaError`, which renders as ``file:line:col: error: message``, then the
-     source line and a caret (``^~~~``) under the span, then any notes.
+     source line and a caret (``^~~~``) under the span, then any notes; with
+     ``render(color=True)`` the same text with clang's ANSI colours, for a
+     terminal (`use_color` says when).
 
 Guarantees: this is a leaf module (it imports nothing from `kina`), and it is
 the only place that formats a diagnostic, so every error looks the same.
@@ -10,6 +12,7 @@ the only place that formats a diagnostic, so every error looks the same.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -43,10 +46,11 @@ class KinaError(Exception):
             self.source = source
         return self
 
-    def render(self, source: str | None = None) -> str:
+    def render(self, source: str | None = None, color: bool = False) -> str:
+        """The diagnostic and its notes; `color` adds ANSI colours and changes nothing else."""
         source = source if source is not None else self.source
-        parts = [_render_one(self.loc, "error", self.message, source)]
-        parts += [_render_one(loc, "note", msg, source) for loc, msg in self.notes]
+        parts = [_render_one(self.loc, "error", self.message, source, color)]
+        parts += [_render_one(loc, "note", msg, source, color) for loc, msg in self.notes]
         return "\n".join(parts)
 
     def __str__(self) -> str:
@@ -80,8 +84,37 @@ class ToolError(Exception):
                 f"to reproduce, run:\n  {self.command}")
 
 
-def _render_one(loc: Loc, kind: str, message: str, source: str | None) -> str:
-    head = f"{loc}: {kind}: {message}"
+def use_color(stream) -> bool:
+    """Whether diagnostics written to `stream` should be coloured.
+
+    A non-empty NO_COLOR never colours (no-color.org); a non-empty FORCE_COLOR
+    colours even a pipe (force-color.org; CPython 3.13's tracebacks give NO_COLOR
+    the same precedence); otherwise only a terminal that is not TERM=dumb is.
+    """
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+# clang's scheme: bold location, bold red "error:" and a bold message, a highlighted "note:" with a
+# plain message, and a bold green caret. A note is bold cyan (gcc's), not clang's bold black, which
+# vanishes on a dark terminal.
+_STYLE = {"loc": "1", "message": "1", "error": "1;31", "note": "1;36", "caret": "1;32"}
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"\033[{_STYLE[style]}m{text}\033[0m" if color else text
+
+
+def _render_one(loc: Loc, kind: str, message: str, source: str | None, color: bool = False) -> str:
+    head = f"{_paint(f'{loc}:', 'loc', color)} {_paint(f'{kind}:', kind, color)} {_paint(message, 'message', color and kind == 'error')}"
     if not source or loc.line <= 0:
         return head
     lines = source.splitlines()
@@ -99,5 +132,5 @@ def _render_one(loc: Loc, kind: str, message: str, source: str | None) -> str:
     elif loc.end_line > loc.line:
         width = max(1, len(text) - col + 1)
     prefix = "".join(c if c == "\t" else " " for c in text[:max(col - 1, 0)])
-    return f"{head}\n{text}\n{prefix}^{'~' * (min(width, 200) - 1)}"
+    return f"{head}\n{text}\n{prefix}{_paint('^' + '~' * (min(width, 200) - 1), 'caret', color)}"
 
