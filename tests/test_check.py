@@ -251,11 +251,10 @@ def test_name_used_only_in_results_is_reported_as_unbound():
 # -- dtypes and placements ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["F16", "BF16", "F32", "F64", "I32", "I64"])
-@pytest.mark.parametrize("placement", ["host", "device"])
-def test_every_dtype_and_placement_checks(dtype, placement):
-    t = T("2, 2", dtype, placement)
+def test_every_dtype_checks(dtype):
+    t = T("2, 2", dtype)
     fn = checked(f"let f = fn(a: {t}) -> ({t}) {{\n  let b = a * a;\n  (b)\n}}\n").functions[0]
-    assert fn.results[0].type == TensorType(dtype, (Dim(2), Dim(2)), placement)
+    assert fn.results[0].type == TensorType(dtype, (Dim(2), Dim(2)), "host")
 
 
 def test_unknown_dtype_and_placement():
@@ -265,14 +264,24 @@ def test_unknown_dtype_and_placement():
     assert "unknown placement '@gpu'" in e.message
 
 
-def test_device_programs_check_but_do_not_compile():
+def test_device_programs_are_refused_by_the_checker():
+    # @device parses, and its type rules still run first ("placements differ" is the more
+    # precise error for a mixed program); then check refuses it, so --emit typed does too.
     t = T("2", placement="device")
     src = f"let f = fn(a: {t}) -> ({t}) {{\n  let b = a * a;\n  (b)\n}}\n"
-    assert checked(src).functions[0].sig.results == (TensorType("F32", (Dim(2),), "device"),)
-    pipeline.run_stages(src, "d.kina", until="typed")
-    with pytest.raises(KinaError, match=r"only @host tensors can be compiled") as info:
-        pipeline.run_stages(src, "d.kina", until="mlir")
-    assert (info.value.loc.line, info.value.loc.col) == (1, 33)  # at "device"
+    assert syntax.parse(src, "d.kina").functions[0].params[0].type.placement == "device"
+    for run in (lambda: checked(src), lambda: pipeline.run_stages(src, "d.kina", until="typed")):
+        with pytest.raises(KinaError, match=r"parameter 'a' is @device: only @host tensors can be compiled") as info:
+            run()
+        assert (info.value.loc.line, info.value.loc.col) == (1, 33)  # at "device"
+        assert info.value.render().splitlines()[2] == " " * 32 + "^~~~~~"
+    second = f"let g = fn(a: {A}, b: {t}) -> ({A}) {{\n  (a)\n}}\n"
+    assert "parameter 'b' is @device" in fn_error(second).message
+    mixed = f"let f = fn(a: {A}, b: {t}) -> ({A}) {{\n  (a + b)\n}}\n"
+    assert "placements differ: lhs is @host, rhs is @device" in fn_error(mixed).message
+    # a later function's type error comes before an earlier function's placement
+    both = src + f"let g = fn(a: {A}) -> ({A}) {{\n  (zz)\n}}\n"
+    assert "undefined name 'zz'" in fn_error(both).message
 
 
 # -- the checker's API: types on every expression, Function.sig ---------------------------------

@@ -6,7 +6,9 @@ Out: a `Program` of `Function`s whose bodies are `Let`s over `Expr` trees.
 Guarantees: nodes are immutable and compare by value (locations included), so a
 test can write an expected tree literally. `type` is None after parsing; after
 `check.check`, every `Expr` in the returned program has a concrete `TensorType`.
-`type` is left out of `==`, so parsed and checked trees compare equal.
+`type` is left out of `==`, so parsed and checked trees compare equal. A generic
+function (`fn[T](...)`) is specialised by `check`: its `TypeAnn`s then carry the
+concrete dtype and the fixed dims, and each `TypeParam.value` says what T became.
 """
 from __future__ import annotations
 
@@ -87,6 +89,15 @@ OP_NAMES = {Mul: "'*'", Add: "'+'", MatMul: "matmul", Concat: "concat", Softmax:
 
 
 @dataclass(frozen=True)
+class TypeParam:
+    """A dtype variable of a generic function: the `T` of `fn[T](...)`; `check` sets `value`."""
+
+    name: str
+    loc: Loc
+    value: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Param:
     name: str
     type: TypeAnn
@@ -108,6 +119,7 @@ class Function:
     body: tuple[Let, ...]
     results: tuple[Expr, ...]
     loc: Loc
+    type_params: tuple[TypeParam, ...] = ()
     sig: Signature | None = field(default=None, compare=False)  # set by check
 
 
@@ -145,7 +157,8 @@ def dump(program: Program) -> str:
             expr(child, depth + 1)
 
     for fn in program.functions:
-        out.append(f"Function {fn.name}  @{fn.loc.line}:{fn.loc.col}")
+        tparams = ", ".join(t.name if t.value is None else f"{t.name}={t.value}" for t in fn.type_params)
+        out.append(f"Function {fn.name}{f'[{tparams}]' if tparams else ''}  @{fn.loc.line}:{fn.loc.col}")
         for p in fn.params:
             out.append(f"  Param {p.name}: tensor<{p.type.dtype}, [{', '.join(map(str, p.type.dims))}], @{p.type.placement}>")
         for t in fn.result_types:

@@ -1,14 +1,26 @@
-"""The shape and type checker.
+"""The shape and type checker, which also specialises generic programs.
 
-In:  an `ast.Program` from `syntax.parse`.
+In:  an `ast.Program` from `syntax.parse`; optionally `dtypes` (a value for each
+     type parameter, `{"T": "F16"}`) and `dims` (values fixing dim names, `{"S": 128}`).
 Out: the same program with every `Expr.type` set to a concrete `TensorType`,
      and every `Function.sig` set to its `Signature`.
 
 Guarantees: a program that passes `check` is well typed by the rules below, so
-lowering never has to re-check. Dims are symbolic (`types.Dim`): concat adds
-them, matmul and elementwise ops require them equal. Every violation is a
-`KinaError` located at the offending expression; shape errors show both sides
-and carry notes pointing at where each operand was defined.
+lowering never has to re-check, and it compiles: only @host tensors pass. Dims
+are symbolic (`types.Dim`): concat adds them, matmul and elementwise ops require
+them equal. Every violation is a `KinaError` located at the offending expression;
+shape errors show both sides and carry notes pointing at where each operand was
+defined.
+
+Specialisation comes first: each type parameter is replaced by its dtype and
+each fixed dim name by its value in every written type, and the result is
+checked as if it had been written that way (so `S+1` with S=128 is 129, and
+T=I32 under `@` is the ordinary "needs a floating dtype" error). An error in a
+specialised function carries notes saying where each value came from
+("T is I32 (from dtypes)"). The checked program has no type parameter without a
+value, and its `TypeAnn`s and `sig` hold the concrete types. A bad argument (a
+name the program does not declare, a value that is no dtype or no size) is a
+`ValueError`, raised before any checking.
 
 Rules (see grammar.lark for the syntax):
   concat[axis=a] x y   same rank, dtype, placement; 0 <= a < rank; other dims equal; dim a adds
@@ -18,10 +30,14 @@ Rules (see grammar.lark for the syntax):
   softmax(x, axis=a)   floating; 0 <= a < rank
   names                defined once, before use; dim names bound by a parameter's type
   results              arity and types equal the declared ones
+  type parameters      fn[T, ...]: declared once, not a dtype or dim name, used in a type, given a value
+  placements           only @host parameters and results (checked last, after the rules above)
 """
 from __future__ import annotations
 
 import dataclasses
+import operator
+from collections.abc import Mapping
 
 from . import ast
 from .diagnostics import KinaError, Loc
@@ -30,14 +46,62 @@ from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType
 MAX_TENSOR_BYTES = 1 << 40  # 1 TiB: past this a static shape is a typo, not a tensor
 
 
-def check(program: ast.Program) -> ast.Program:
+def check(program: ast.Program, dtypes: Mapping[str, str] | None = None,
+          dims: Mapping[str, int] | None = None) -> ast.Program:
+    """Type-check `program`, specialised first with `dtypes` and `dims`.
+
+    `dtypes` gives each type parameter its dtype name (`{"T": "F16"}`), and must give
+    every one; `dims` fixes dim names of the parameters' types (`{"S": 128}`), the
+    others stay symbolic. Raises TypeError/ValueError for a bad argument, KinaError
+    for a bad program."""
+    dtypes = _dtype_values(program, dtypes)
+    dims = _dim_values(program, dims)
     try:
-        return _check(program)
+        return _check(program, dtypes, dims)
     except KinaError as e:
         raise e.with_source(program.source) from None
 
 
-def _check(program: ast.Program) -> ast.Program:
+def _dtype_values(program: ast.Program, dtypes: Mapping[str, str] | None) -> dict[str, str]:
+    known = _unique(t.name for fn in program.functions for t in fn.type_params)
+    values = _mapping("dtypes", dtypes)
+    for name, value in values.items():
+        if name not in known:
+            raise ValueError(f"dtypes: {name!r} is not a type parameter of any function in {program.filename}; "
+                             + (f"its type parameters are {', '.join(known)}" if known else
+                                "it declares none (a generic function is written fn[T](...))"))
+        if not isinstance(value, str) or value not in DTYPES:
+            raise ValueError(f"dtypes[{name!r}] must be a dtype, one of {', '.join(DTYPES)}; got {value!r}")
+    return values
+
+
+def _dim_values(program: ast.Program, dims: Mapping[str, int] | None) -> dict[str, int]:
+    known = _unique(n for fn in program.functions for p in fn.params for d in p.type.dims for n in d.names)
+    values = _mapping("dims", dims)
+    for name, value in values.items():
+        if name not in known:
+            raise ValueError(f"dims: {name!r} is not a dim name of any function in {program.filename}; "
+                             + (f"its dim names are {', '.join(known)}" if known else "its parameters have none"))
+        size = None if isinstance(value, bool) or not hasattr(value, "__index__") else operator.index(value)
+        if size is None or size < 0:
+            raise ValueError(f"dims[{name!r}] must be a non-negative int; got {value!r}")
+        values[name] = size
+    return values
+
+
+def _mapping(what: str, given) -> dict:
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise TypeError(f"{what} must be a mapping from names to values, got {type(given).__name__}")
+    return dict(given)
+
+
+def _unique(names) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def _check(program: ast.Program, dtypes: dict[str, str], dims: dict[str, int]) -> ast.Program:
     if not program.functions:
         raise KinaError(Loc(program.filename, 1, 1), "no function defined: expected 'let NAME = fn(...) -> (...) { ... }'")
     seen: dict[str, Loc] = {}
@@ -47,8 +111,24 @@ def _check(program: ast.Program) -> ast.Program:
             raise KinaError(fn.loc, f"function '{fn.name}' is already defined",
                             [(seen[fn.name], f"'{fn.name}' first defined here")])
         seen[fn.name] = fn.loc
-        functions.append(_FunctionChecker(fn).run())
+        functions.append(_FunctionChecker(fn, dtypes, dims).run())
+    # Last, so that a mixed program gets the more precise "placements differ" first.
+    for fn in functions:
+        _require_host(fn)
     return dataclasses.replace(program, functions=tuple(functions))
+
+
+def _require_host(fn: ast.Function) -> None:
+    """Only @host tensors compile (there is no device back end): refuse @device where it is written."""
+    for p in fn.params:
+        if p.type.placement != "host":
+            raise KinaError(p.type.placement_loc or p.loc,
+                            f"parameter '{p.name}' is @{p.type.placement}: only @host tensors can be compiled")
+    # Unreachable while results must equal their declared types (an @device result needs an
+    # @device parameter); kept so this function alone states the whole rule.
+    for ann in fn.result_types:
+        if ann.placement != "host":
+            raise KinaError(ann.placement_loc or ann.loc, "only @host results can be compiled")
 
 
 def resolve_type(ann: ast.TypeAnn) -> TensorType:
@@ -83,14 +163,75 @@ def _check_size(ty: TensorType, loc: Loc) -> None:
         raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {elements * itemsize} bytes, {limit}")
 
 
+def _fix_dims(dim: Dim, values: Mapping[str, int]) -> Dim:
+    """`dim` with each name in `values` replaced by its value: S+1 with S=128 is 129."""
+    fixed = [(n, c) for n, c in dim.terms if n in values]
+    return Dim(dim.const + sum(c * values[n] for n, c in fixed), tuple(t for t in dim.terms if t[0] not in values))
+
+
 class _FunctionChecker:
-    def __init__(self, fn: ast.Function):
-        self.fn = fn
+    def __init__(self, fn: ast.Function, dtypes: Mapping[str, str], dims: Mapping[str, int]):
+        self.fn = self.written = fn  # self.fn becomes the specialised function
         self.env: dict[str, tuple[TensorType, Loc]] = {}
         self.temporaries: list[TensorType] = []
+        self.dim_uses: dict[str, Loc] = {}  # each dim name -> where it is first written
+        for ann in [p.type for p in fn.params] + list(fn.result_types):
+            for d, loc in zip(ann.dims, ann.dim_locs):
+                for name in d.names:
+                    self.dim_uses.setdefault(name, loc)
+        self.dtypes = {t.name: dtypes.get(t.name) for t in fn.type_params}
+        # Only names its parameters bind (as `dims` itself is checked): a name written only
+        # in a result stays the "not bound" error it is without `dims`.
+        bound = {n for p in fn.params for d in p.type.dims for n in d.names}
+        self.dims = {n: v for n, v in dims.items() if n in bound}
 
     def run(self) -> ast.Function:
-        fn = self.fn
+        type_params = self._type_params()
+        try:
+            return dataclasses.replace(self._run(), type_params=type_params)
+        except KinaError as e:  # an error in a specialisation: say what it was specialised with
+            e.notes.extend(self._specialisation_notes())
+            raise
+
+    def _type_params(self) -> tuple[ast.TypeParam, ...]:
+        """Each type parameter with its value; it is declared once, named apart from dtypes and dims, and used."""
+        fn, seen = self.written, {}
+        for t in fn.type_params:
+            if t.name in seen:
+                raise KinaError(t.loc, f"type parameter '{t.name}' of {fn.name} is declared twice",
+                                [(seen[t.name], f"'{t.name}' first declared here")])
+            seen[t.name] = t.loc
+            if t.name in DTYPES:
+                raise KinaError(t.loc, f"type parameter '{t.name}' of {fn.name} has the name of a dtype: "
+                                       f"call it something else (T, U, ...)")
+            if t.name in self.dim_uses:
+                raise KinaError(t.loc, f"type parameter '{t.name}' of {fn.name} has the name of a dim: "
+                                       "rename one of them", [(self.dim_uses[t.name], f"dim '{t.name}' used here")])
+            if not any(ann.dtype == t.name for ann in [p.type for p in fn.params] + list(fn.result_types)):
+                raise KinaError(t.loc, f"type parameter '{t.name}' of {fn.name} is not used: no parameter or "
+                                       f"result type of {fn.name} is tensor<{t.name}, ...>")
+            if self.dtypes[t.name] is None:
+                raise KinaError(t.loc, f"type parameter '{t.name}' of {fn.name} has no value: give it with "
+                                       f"dtypes={{'{t.name}': ...}} or kinac --dtype {t.name}=...")
+        return tuple(dataclasses.replace(t, value=self.dtypes[t.name]) for t in fn.type_params)
+
+    def _specialisation_notes(self) -> list[tuple[Loc, str]]:
+        notes = [(t.loc, f"{t.name} is {self.dtypes[t.name]} (from dtypes)") for t in self.written.type_params]
+        for name, value in self.dims.items():
+            binding = [loc for p in self.written.params for d, loc in zip(p.type.dims, p.type.dim_locs)
+                       if d.symbol == name]
+            notes.append(((binding or [self.dim_uses[name]])[0], f"{name} is {value} (from dims)"))
+        return notes
+
+    def specialise(self, ann: ast.TypeAnn) -> ast.TypeAnn:
+        """The written type with type parameters and fixed dims replaced by their values."""
+        return dataclasses.replace(ann, dtype=self.dtypes.get(ann.dtype) or ann.dtype,
+                                   dims=tuple(_fix_dims(d, self.dims) for d in ann.dims))
+
+    def _run(self) -> ast.Function:
+        fn = self.fn = dataclasses.replace(
+            self.written, params=tuple(dataclasses.replace(p, type=self.specialise(p.type)) for p in self.written.params),
+            result_types=tuple(self.specialise(t) for t in self.written.result_types))
         params = []
         for p in fn.params:
             if p.name in self.env:

@@ -1,7 +1,8 @@
 """Parse Kina source into an AST.
 
 In:  source text (str, or bytes that must be UTF-8) and a filename for locations.
-Out: an `ast.Program`; nothing is type-checked yet.
+Out: an `ast.Program`; nothing is type-checked yet, and a type parameter (`fn[T]`)
+     is still a name in the types that use it (`check` gives it its dtype).
 
 Guarantees: every failure is a `KinaError` located at the offending character or
 token, saying what was expected and what was found (never a Lark traceback).
@@ -211,14 +212,18 @@ class _ToAst(Transformer):
     def start(self, meta, functions):
         return functions
 
-    # function: "let" NAME "=" "fn" "(" _params ")" "->" "(" _types ")" "{" let* results "}"
+    # function: "let" NAME "=" "fn" [type_params] "(" _params ")" "->" "(" _types ")" "{" let* results "}"
     def function(self, meta, items):
-        name, rest = items[0], items[1:]
+        name, type_params, rest = items[0], items[1] or (), items[2:]
         params = tuple(x for x in rest if isinstance(x, ast.Param))
         types = tuple(x for x in rest if isinstance(x, ast.TypeAnn))
         lets = tuple(x for x in rest if isinstance(x, ast.Let))
         results = rest[-1]
-        return ast.Function(str(name), params, types, lets, results, _tok_loc(self.f, name))
+        return ast.Function(str(name), params, types, lets, results, _tok_loc(self.f, name), type_params)
+
+    # type_params: "[" NAME ("," NAME)* "]"
+    def type_params(self, meta, names):
+        return tuple(ast.TypeParam(str(n), _tok_loc(self.f, n)) for n in names)
 
     # param: NAME ":" type
     def param(self, meta, items):
