@@ -324,3 +324,187 @@ def test_no_temporary_folder_is_left_behind(capsys, example, tmp_path, monkeypat
                  [example, "-o", tmp_path / "x.so"], [bad]):
         main(capsys, *args)
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+# -- kinac run with real data: --input NAME=@FILE.npy | NAME=NUMBER, --output-dir, --compare ----------
+
+PARAMS = ("q_new", "k_past", "k_new", "v_past", "v_new", "scale")
+
+
+def _npy_inputs(folder, arrays, names=PARAMS):
+    """Save `arrays` as folder/NAME.npy; the matching --input arguments."""
+    folder.mkdir(exist_ok=True)
+    args = []
+    for name, a in zip(names, arrays):
+        np.save(folder / f"{name}.npy", a)
+        args += ["--input", f"{name}=@{folder / name}.npy"]
+    return args
+
+
+def test_run_round_trips_through_npy_files(capsys, tmp_path):
+    from conftest import kv_inputs
+    arrays = list(kv_inputs(1, 2, 2, 3, seed=5))
+    inputs = _npy_inputs(tmp_path / "in", arrays[:5]) + ["--input", "scale=0.125"]
+    arrays[5] = np.full((1, 1, 1, 1), 0.125, np.float32)  # a number fills the parameter's shape
+    for flags, want in [([], kina.compile_file(STATIC).kv_step(*arrays)),
+                        (["--interpret"], kina.interpret(STATIC.read_text()).kv_step(*arrays))]:
+        out = tmp_path / ("out" + "".join(flags))
+        rc, stdout, err = main(capsys, "run", STATIC, *inputs, *flags, "--output-dir", out)
+        assert rc == 0 and stdout == "", err
+        assert sorted(p.name for p in out.iterdir()) == ["0.npy", "1.npy", "2.npy"]
+        assert f"wrote {out / '0.npy'}, {out / '1.npy'}, {out / '2.npy'}" in err
+        for i, w in enumerate(want):
+            got = np.load(out / f"{i}.npy")
+            assert got.dtype == w.dtype and got.shape == w.shape
+            np.testing.assert_array_equal(got, w)  # bit for bit what the Python API returns
+    # a result read back is an input again: the new caches are the next step's past ones
+    rc, _, err = main(capsys, "run", DYN, *_npy_inputs(tmp_path / "in2", [arrays[0]]),
+                      "--input", f"k_past=@{out / '0.npy'}", "--input", f"v_past=@{out / '1.npy'}",
+                      "--input", "k_new=@" + str(tmp_path / "in" / "k_new.npy"),
+                      "--input", "v_new=@" + str(tmp_path / "in" / "v_new.npy"),
+                      "--input", "scale=0.125", "--interpret", "--output-dir", tmp_path / "next")
+    assert rc == 0, err
+    assert np.load(tmp_path / "next" / "0.npy").shape == (1, 2, 2, 5)  # S=4 came from the arrays
+
+
+def test_run_prints_given_inputs_without_an_output_dir(capsys, tmp_path):
+    from conftest import kv_inputs
+    inputs = _npy_inputs(tmp_path, kv_inputs(1, 2, 2, 3))
+    rc, out, _ = main(capsys, "run", STATIC, *inputs, "--interpret")
+    want = kina.interpret(STATIC.read_text()).kv_step(*kv_inputs(1, 2, 2, 3))
+    got = _parse_run(out)
+    assert [h for h, _ in got] == ["result 0: float32 [1, 2, 2, 4]", "result 1: float32 [1, 2, 4, 2]",
+                                   "result 2: float32 [1, 2, 1, 2]"]
+    for (_, g), w in zip(got, want):
+        np.testing.assert_allclose(g, w.ravel(), atol=1e-6)  # printed to 6 decimals
+
+
+def test_run_numbers_fill_symbolic_shapes_from_the_arrays_or_from_dim(capsys, tmp_path):
+    from conftest import kv_inputs
+    q, k_past, _, v_past, _, _ = kv_inputs(2, 3, 4, 5)
+    inputs = _npy_inputs(tmp_path, [q, k_past, v_past], names=("q_new", "k_past", "v_past"))
+    out = tmp_path / "out"
+    rc, _, err = main(capsys, "run", DYN, *inputs, "--input", "k_new=0", "--input", "v_new=1.5",
+                      "--input", "scale=0.5", "--interpret", "--output-dir", out)
+    assert rc == 0, err
+    k_next, v_next = np.load(out / "0.npy"), np.load(out / "1.npy")
+    assert k_next.shape == (2, 3, 4, 6) and v_next.shape == (2, 3, 6, 4)
+    np.testing.assert_array_equal(k_next[..., 5], 0)
+    np.testing.assert_array_equal(v_next[:, :, 5], 1.5)
+    # only numbers: --dim gives every size
+    rc, _, err = main(capsys, "run", DYN, *[f"--input={p}=1" for p in PARAMS], "--interpret",
+                      "--dim", "B=1", "--dim", "H=2", "--dim", "Dh=3", "--dim", "S=4", "--output-dir", out)
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(out / "2.npy"), np.ones((1, 2, 1, 3), np.float32))
+    # a --dim that the arrays contradict is refused, not ignored
+    rc, _, err = main(capsys, "run", DYN, *inputs, "--input", "k_new=0", "--input", "v_new=1", "--input",
+                      "scale=1", "--interpret", "--dim", "S=4")
+    assert rc == 1 and "--dim S=4, but the inputs have S=5" in err
+
+
+def test_run_integer_numbers(capsys, tmp_path):
+    src = tmp_path / "add.kina"
+    src.write_text("let add = fn(a: tensor<I32, [2, 3], @host>, b: tensor<I32, [2, 3], @host>)"
+                   " -> (tensor<I32, [2, 3], @host>) {\n  (a + b)\n}\n")
+    b = np.arange(6, dtype=np.int32).reshape(2, 3)
+    inputs = _npy_inputs(tmp_path, [b], names=("b",))
+    rc, _, err = main(capsys, "run", src, "--input", "a=-7", *inputs, "--output-dir", tmp_path / "out")
+    assert rc == 0, err
+    got = np.load(tmp_path / "out" / "0.npy")
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, b - 7)
+    for value, fragment in [("2.5", "parameter 'a' expects @FILE.npy or an integer for int32 (I32), got '2.5'"),
+                            ("2147483648", "parameter 'a' expects int32 (I32), got 2147483648, which int32 "
+                                           "cannot represent")]:
+        rc, _, err = main(capsys, "run", src, "--input", f"a={value}", *inputs)
+        assert rc == 1 and fragment in err, err
+
+
+def _kv_error(*arrays):
+    """The message the Python API raises for this call."""
+    with pytest.raises((TypeError, ValueError)) as info:
+        kina.interpret(STATIC.read_text()).kv_step(*arrays)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("damage", ["float64", "shape", "rank"])
+def test_run_wrong_inputs_get_the_python_api_message(capsys, tmp_path, damage):
+    from conftest import kv_inputs
+    arrays = list(kv_inputs(1, 2, 2, 3))
+    arrays[1] = {"float64": arrays[1].astype(np.float64), "shape": arrays[1][..., :2],
+                 "rank": arrays[1][0]}[damage]
+    message = _kv_error(*arrays)
+    assert "'k_past'" in message
+    rc, out, err = main(capsys, "run", STATIC, *_npy_inputs(tmp_path, arrays))
+    assert rc == 1 and out == ""
+    assert err == f"kinac: error: {message}\n"
+
+
+def test_run_bad_inputs_are_named(capsys, tmp_path):
+    from conftest import kv_inputs
+    inputs = _npy_inputs(tmp_path, kv_inputs(1, 2, 2, 3))
+    folder = str(tmp_path)
+    (tmp_path / "text.npy").write_text("not an array")
+    np.savez(tmp_path / "both.npz", a=np.zeros(2))
+    cases = [
+        (inputs[:6], "kv_step() takes 6 arguments (q_new, k_past, k_new, v_past, v_new, scale), got 3: "
+                     "no --input for v_past, v_new, scale"),
+        (inputs + ["--input", "bias=1"], "kv_step() has no parameter 'bias' (its parameters are: q_new, k_past,"),
+        (inputs + ["--input", "scale=2"], f"kv_step(): parameter 'scale' is given twice (--input "
+                                          f"scale=@{folder}/scale.npy and --input scale=2)"),
+        (inputs[:-1] + ["scale"], "--input expects NAME=@FILE.npy or NAME=NUMBER, got 'scale'"),
+        (inputs[:-1] + ["scale=x"], "parameter 'scale' expects @FILE.npy or a number for float32 (F32), got 'x'"),
+        (inputs[:-1] + ["scale=1e39"], "parameter 'scale' expects float32 (F32), got 1e39, which float32 cannot"),
+        (inputs[:-1] + [f"scale=@{folder}/none.npy"], f"--input scale=@{folder}/none.npy: cannot read "
+                                                      f"{folder}/none.npy: No such file or directory"),
+        (inputs[:-1] + [f"scale=@{folder}/text.npy"], f"{folder}/text.npy is not a .npy file of numbers"),
+        (inputs[:-1] + [f"scale=@{folder}/both.npz"], f"{folder}/both.npz is an .npz archive; give each array "
+                                                      f"as its own .npy file"),
+    ]
+    for args, fragment in cases:
+        rc, out, err = main(capsys, "run", STATIC, *args)
+        assert rc == 1 and fragment in err and err.count("\n") == 1 and out == "", (args, err)
+
+
+def test_run_compare_reports_the_largest_differences(capsys, tmp_path):
+    from conftest import kv_inputs
+    rc, out, err = main(capsys, "run", STATIC, *_npy_inputs(tmp_path, kv_inputs(1, 2, 2, 3)), "--compare")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 3
+    pattern = r"result (\d): float32 \[[\d, ]+\]  largest difference: (\S+) absolute, (\S+) relative"
+    found = [re.fullmatch(pattern, ln) for ln in lines]
+    assert all(found), out
+    assert [float(m[2]) for m in found[:2]] == [0.0, 0.0]  # the new caches are exact copies
+    assert 0 <= float(found[2][2]) < 1e-5 and 0 <= float(found[2][3]) < 1e-4  # the context is rounded
+
+
+def test_compare_differences():
+    from kina.commands import _differences
+    nan, inf = np.nan, np.inf
+    f = lambda *v: np.array(v, np.float32)
+    assert _differences(f(1, 2, nan, inf), f(1, 2, nan, inf)) == (0.0, 0.0)
+    assert _differences(f(1, 2.5), f(1, 2)) == (0.5, 0.25)
+    assert _differences(f(1e-9), f(0)) == (pytest.approx(1e-9), inf)
+    absolute, relative = _differences(f(nan, 1), f(1, 1))
+    assert np.isnan(absolute) and np.isnan(relative)
+    assert _differences(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)) == (0.0, 0.0)
+    assert _differences(np.array(3, np.int32), np.array(1, np.int32)) == (2.0, 2.0)
+
+
+def test_run_and_bench_take_the_same_inputs(capsys, tmp_path):
+    from conftest import kv_inputs
+    inputs = _npy_inputs(tmp_path, kv_inputs(1, 2, 2, 3))
+    rc, out, err = main(capsys, "bench", STATIC, *inputs, "--repeats", "2")
+    assert rc == 0 and "results agree" in out, err
+    rc, out, err = main(capsys, "bench", STATIC, *inputs[:2])
+    assert rc == 1 and "no --input for k_past" in err
+
+
+def test_run_input_error_in_a_real_process(tmp_path):
+    from conftest import kv_inputs
+    arrays = list(kv_inputs(1, 2, 2, 3))
+    arrays[0] = arrays[0].astype(np.float64)
+    proc = kinac("run", STATIC, *_npy_inputs(tmp_path, arrays))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == "kinac: error: kv_step(): parameter 'q_new' expects dtype float32 (F32), got float64\n"

@@ -101,7 +101,7 @@ def compile_main(argv: list[str]) -> int:
 
 
 def run_main(argv: list[str], bench: bool = False) -> int:
-    from .interpreter import run_command
+    from .commands import run_command
     return run_command(argv, bench)
 
 
