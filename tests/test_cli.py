@@ -123,14 +123,32 @@ def test_emit_typed_symbolic(capsys):
 def test_emit_mlir(capsys, example):
     rc, out, _ = main(capsys, example, "--emit", "mlir")
     assert rc == 0
-    assert "func.func @kina_kv_step" in out and "tensor.insert_slice" in out and "tensor.concat" not in out
+    assert "func.func @kv_step(%q_new: tensor<1x2x1x2xf32>" in out and "tensor.insert_slice" in out
+    assert "tensor.concat" not in out and "memref" not in out
     assert "loc(" not in out
     rc, with_locs, _ = main(capsys, example, "--emit", "mlir", "--locs")
-    assert f'loc("{example}":16:16)' in with_locs
+    assert f'loc("{example}":16:16)' in with_locs and re.search(r'= loc\("k_next"\(#loc\d*\)\)', with_locs)
 
 
-def test_emit_lowered(capsys, example):
-    rc, out, _ = main(capsys, example, "--emit", "lowered")
+@pytest.mark.parametrize("level", ["-O0", "-O3"])
+def test_emit_after_a_pass(capsys, example, level):
+    rc, out, _ = main(capsys, example, "--emit", "abi", level)
+    assert rc == 0 and "func.func @kina_kv_step(%q_new: memref<1x2x1x2xf32" in out and "llvm.emit_c_interface" in out
+    rc, out, _ = main(capsys, example, "--emit", "matmul-loops", level)
+    assert rc == 0 and ("scf.for" in out) == (level == "-O3") and "memref.alloc" in out
+
+
+def test_list_passes(capsys):
+    from kina.passes import PASSES
+    rc, out, _ = main(capsys, "--list-passes")
+    assert rc == 0
+    rows = out.splitlines()[1:]
+    assert [r.split()[0] for r in rows] == [p.name for p in PASSES]
+    assert all(r.split()[1] in ("kina", "upstream") for r in rows)
+
+
+def test_emit_to_llvm(capsys, example):
+    rc, out, _ = main(capsys, example, "--emit", "to-llvm")
     assert rc == 0
     assert "llvm.func @kina_kv_step" in out and "llvm.func @_mlir_ciface_kina_kv_step" in out
     assert not re.search(r"\b(tensor|linalg|memref|bufferization)\.\w+ ", out)
@@ -168,7 +186,7 @@ def test_emit_so_default_next_to_source(capsys, example):
 def test_output_option(capsys, example, tmp_path):
     rc, out, _ = main(capsys, example, "--emit", "mlir", "-o", tmp_path / "out.mlir")
     assert rc == 0 and out == ""
-    assert "func.func @kina_kv_step" in (tmp_path / "out.mlir").read_text()
+    assert "func.func @kv_step" in (tmp_path / "out.mlir").read_text()
     rc, _, _ = main(capsys, example, "-o", tmp_path / "sub" / "dir" / "step.so")
     assert rc == 0
     assert (tmp_path / "sub" / "dir" / "step.so").is_file() and (tmp_path / "sub" / "dir" / "step.json").is_file()
@@ -181,28 +199,41 @@ def test_dump_dir_writes_every_stage_numbered(capsys, example, tmp_path):
     dump = tmp_path / "dump"
     rc, _, _ = main(capsys, example, "--dump-dir", dump, "-o", tmp_path / "kv.so")
     assert rc == 0
+    from kina.pipeline import DUMP_EXT, STAGE_NAMES
     names = sorted(p.name for p in dump.iterdir())
-    assert names == ["0-ast.txt", "1-typed.txt", "2-mlir.mlir", "3-lowered.mlir", "4-llvm.ll", "5-obj.o", "6-so.txt"]
+    assert names == [f"{i:02d}-{s}.{DUMP_EXT[s]}" for i, s in enumerate(STAGE_NAMES)]
     assert all((dump / n).stat().st_size > 0 for n in names)
-    # each dump is what --emit prints for that stage
-    for stage, name in [("ast", "0-ast.txt"), ("typed", "1-typed.txt"), ("mlir", "2-mlir.mlir"),
-                        ("lowered", "3-lowered.mlir")]:
+    # each dump is what --emit prints for that stage, passes included
+    for i, stage in enumerate(STAGE_NAMES[:-3]):
         rc, out, _ = main(capsys, example, "--emit", stage)
-        assert out == (dump / name).read_text(), stage
-    assert (dump / "5-obj.o").read_bytes()[:4] == b"\x7fELF"
-    assert (dump / "6-so.txt").read_text().strip().endswith(".so")
+        assert out == (dump / names[i]).read_text(), stage
+    assert (dump / names[-2]).read_bytes()[:4] == b"\x7fELF"
+    assert (dump / names[-1]).read_text().strip().endswith(".so")
+
+
+def test_dump_dir_at_O0_has_no_file_for_a_skipped_pass(capsys, example, tmp_path):
+    from kina.passes import PASSES
+    rc, _, _ = main(capsys, example, "-O0", "--emit", "to-llvm", "--dump-dir", tmp_path / "dump")
+    assert rc == 0
+    written = {p.name.split("-", 1)[1].rsplit(".", 1)[0] for p in (tmp_path / "dump").iterdir()}
+    assert written == {"ast", "typed", "mlir"} | {p.name for p in PASSES if not p.optimisation}
 
 
 def test_dump_dir_stops_at_emit(capsys, example, tmp_path):
     dump = tmp_path / "dump"
     rc, _, _ = main(capsys, example, "--emit", "mlir", "--dump-dir", dump)
-    assert rc == 0 and sorted(p.name for p in dump.iterdir()) == ["0-ast.txt", "1-typed.txt", "2-mlir.mlir"]
+    assert rc == 0 and sorted(p.name for p in dump.iterdir()) == ["00-ast.txt", "01-typed.txt", "02-mlir.mlir"]
 
 
 def test_print_ir_after_all(example):
-    proc = kinac(example, "--emit", "lowered", "--print-ir-after-all")
+    from kina.passes import PASSES
+    proc = kinac(example, "--emit", "to-llvm", "--print-ir-after-all")
     assert proc.returncode == 0
-    assert "IR Dump After" in proc.stderr and "llvm.func @kina_kv_step" in proc.stdout
+    assert "llvm.func @kina_kv_step" in proc.stdout
+    for p in PASSES:  # Kina's passes are printed as upstream ones are
+        if p.module:
+            assert f"// -----// IR Dump After {p.name} ({p.name}) //----- //" in proc.stderr, p.name
+    assert "IR Dump After OneShotBufferize" in proc.stderr
 
 
 def test_version():
@@ -292,7 +323,7 @@ def test_output_into_a_folder(capsys, example, tmp_path):
     assert code == 0, err
     assert (folder / "kv.so").is_file() and (folder / "kv.json").is_file()
     code, out, err = main(capsys, example, "--emit", "mlir", "-o", folder)
-    assert code == 0 and "func.func @kina_kv_step" in (folder / "kv.mlir").read_text()
+    assert code == 0 and "func.func @kv_step" in (folder / "kv.mlir").read_text()
 
 
 @pytest.mark.parametrize("args, fragment", [

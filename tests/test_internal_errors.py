@@ -1,10 +1,12 @@
 """Internal errors are kept apart from user errors.
 
-If the MLIR that kinac generates fails to verify, or a pass fails on it, that is a
-compiler bug: kinac says "internal compiler error", writes a reproducer (the MLIR
-and the pipeline) to a file, prints its path, and exits 2 (a user's error exits 1).
-The bugs are injected by monkeypatching: `lower.lower` emitting a function whose
-signature does not match its body, and a pass pipeline that cannot finish.
+If the reference IR fails to verify, or a pass fails or leaves invalid IR, that is
+a compiler bug: kinac says "internal compiler error", names the pass, writes a
+reproducer (the pass's input and the command that reruns it) to a file, prints
+its path, and exits 2 (a user's error exits 1). The bugs are injected by
+monkeypatching: `lower.lower` emitting a function whose signature does not match
+its body, a Kina pass that breaks the IR or raises, and a skipped `abi` pass that
+leaves upstream bufferization IR it cannot finish.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-from kina import cli, lower, pipeline, toolchain
+from kina import cli, lower, toolchain
+from kina.passes import BY_NAME, abi, copies_to_linalg
 
 SOURCE = """let f = fn(a: tensor<F32, [2, 3], @host>) -> (tensor<F32, [2, 3], @host>) {
   let b = a + a;
@@ -48,6 +51,14 @@ def _bad_lower(program, context=None):
 _real_lower = lower.lower
 
 
+def _erase_returns(module_op):
+    """A broken pass: erases every func.return, so the function's block has no terminator."""
+    found = []
+    module_op.walk(lambda op: (found.append(op) if op.name == "func.return" else None) or ir.WalkResult.ADVANCE)
+    for op in found:
+        op.erase()
+
+
 def run(capsys, *argv) -> tuple[int, str]:
     status = cli.main([str(a) for a in argv])
     out = capsys.readouterr()
@@ -68,37 +79,65 @@ def mlir_opt(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("emit", ["mlir", "so"])
-def test_mlir_that_does_not_verify_is_an_internal_error(src, monkeypatch, capsys, emit):
+def test_reference_ir_that_does_not_verify_is_an_internal_error(src, monkeypatch, capsys, emit):
     monkeypatch.setattr(lower, "lower", _bad_lower)
     status, err = run(capsys, src, "--emit", emit, "-o", src.with_suffix(".out"))
     assert status == 2, err
-    assert err.startswith("kinac: internal compiler error: the generated MLIR does not verify"), err
+    assert err.startswith("kinac: internal compiler error: the reference IR does not verify"), err
     assert "'func.return' op has" in err, "the verifier's own message is shown"
     assert "This is a bug in kinac, not in your program." in err
-    repro = reproducer_path(err)
-    text = repro.read_text()
-    assert f"internal kinac error on {src}" in text and "func.func @kina_f" in text
+    text = reproducer_path(err).read_text()
+    assert f"internal kinac error on {src}" in text and "func.func @f" in text
     assert 'loc("' in text or "loc(#loc" in text, "the reproducer keeps source locations"
-    # and it reproduces: mlir-opt refuses the same module
-    proc = mlir_opt(repro)
+    proc = mlir_opt(reproducer_path(err))  # and it reproduces: mlir-opt refuses the same module
     assert proc.returncode != 0 and "'func.return' op has" in proc.stderr, proc.stderr
 
 
-def test_failing_pass_is_an_internal_error_with_its_pipeline(src, monkeypatch, capsys):
-    # Lowering func and arith to LLVM in place of bufferizing leaves tensor ops that the
-    # next pipeline (DEALLOCATE) cannot legalize: the reproducer is its input and its pipeline.
-    monkeypatch.setattr(pipeline, "BUFFERIZE", "convert-func-to-llvm,convert-arith-to-llvm,reconcile-unrealized-casts")
-    status, err = run(capsys, src, "--emit", "lowered")
+def test_kina_pass_that_breaks_the_ir_is_named_and_reproducible(src, monkeypatch, capsys):
+    monkeypatch.setattr(copies_to_linalg, "run", _erase_returns)
+    status, err = run(capsys, src, "--emit", "so")
     assert status == 2, err
-    assert err.startswith("kinac: internal compiler error: the pass pipeline failed on the generated MLIR"), err
-    assert f'"{src}":1:12: failed to legalize' in err, "the pass error points back into the .kina source"
+    assert err.startswith("kinac: internal compiler error: pass 'copies-to-linalg' failed"), err
+    assert "block with no terminator" in err, "the verifier's message after the pass is shown"
+    assert f'"{src}":1:5' in err, "the error points back into the .kina source"
     repro = reproducer_path(err)
     text = repro.read_text()
-    assert f"--pass-pipeline='builtin.module({pipeline.DEALLOCATE})'" in text
-    proc = mlir_opt(repro, f"--pass-pipeline=builtin.module({pipeline.DEALLOCATE})")
-    assert proc.returncode != 0 and "failed to legalize operation 'bufferization.to_tensor'" in proc.stderr, \
-        "the reproducer must fail the same way"
+    assert f"Run: kinac opt {repro} --passes copies-to-linalg" in text
+    assert "memref.copy" in text and re.search(r"^\s+return\b", text, re.M), \
+        "the reproducer is the pass's input: bufferized, not yet rewritten"
+    # rerunning that one pass on the reproducer fails the same way; the real pass does not
+    status, err2 = run(capsys, "opt", repro, "--passes", "copies-to-linalg")
+    assert status == 2 and "block with no terminator" in err2, err2
+    monkeypatch.undo()
+    status, _ = run(capsys, "opt", repro, "--passes", "copies-to-linalg")
+    assert status == 0
     assert not src.with_suffix(".so").exists()
+
+
+def test_kina_pass_that_raises_is_an_internal_error(src, monkeypatch, capsys):
+    def explode(module_op):
+        raise KeyError("no such op")
+    monkeypatch.setattr(abi, "run", explode)
+    status, err = run(capsys, src, "--emit", "abi")
+    assert status == 2, err
+    assert err.startswith("kinac: internal compiler error: pass 'abi' raised KeyError"), err
+    assert "--passes abi" in reproducer_path(err).read_text()
+
+
+def test_failing_upstream_pass_names_its_pipeline(src, monkeypatch, capsys):
+    # Without the abi pass the function keeps tensor parameters; one-shot bufferization
+    # leaves to_buffer ops on them that the deallocate pipeline cannot legalize.
+    monkeypatch.setattr(abi, "run", lambda module_op: None)
+    status, err = run(capsys, src, "--emit", "to-llvm")
+    assert status == 2, err
+    assert err.startswith("kinac: internal compiler error: pass 'deallocate' failed"), err
+    assert f'"{src}":1:12): failed to legalize' in err, "the pass error points back into the .kina source"
+    repro = reproducer_path(err)
+    pipe = BY_NAME["deallocate"].pipeline
+    assert f"--pass-pipeline='builtin.module({pipe})'" in repro.read_text()
+    proc = mlir_opt(repro, f"--pass-pipeline=builtin.module({pipe})")
+    assert proc.returncode != 0 and "failed to legalize operation 'bufferization.to_buffer'" in proc.stderr, \
+        "the reproducer must fail the same way"
 
 
 def test_user_error_still_exits_1_when_the_back_end_is_broken(src, monkeypatch, capsys):

@@ -111,7 +111,7 @@ def test_dying_operands_are_updated_in_place(reused, body, results):
                           for r in results.split(", "))
     source = (f"let f = fn(q: tensor<F32, [1, 8], @host>, k: tensor<F32, [8, N], @host>, v: tensor<F32, [N, 8], @host>,\n"
               f"  c: tensor<F32, [1, 1], @host>) -> ({out_types}) {{\n  {body}\n  ({results})\n}}\n")
-    lowered = run_stages(source, "reuse.kina", until="lowered").module.operation.get_asm()
+    lowered = run_stages(source, "reuse.kina", until="to-llvm").module.operation.get_asm()
     assert lowered.count("llvm.call @malloc(") == (3 if reused else 4)
     r = np.random.default_rng(5)
     q, k, v, c = (r.standard_normal(s).astype(np.float32) for s in [(1, 8), (8, 40), (40, 8), (1, 1)])

@@ -1,7 +1,9 @@
 """`kinac`: the command-line driver.
 
-    kinac FILE.kina [-o OUT] [--emit {ast,typed,mlir,lowered,llvm,obj,so}]
-                    [--dump-dir DIR] [--print-ir-after-all] [--cpu CPU] [--locs]
+    kinac FILE.kina [-o OUT] [--emit STAGE] [--dump-dir DIR] [--print-ir-after-all]
+                    [--cpu CPU] [--locs] [-O N]
+    kinac --list-passes
+    kinac opt FILE.mlir --passes NAME[,NAME...] [-o OUT] [--print-ir-after-all] [--locs]
     kinac run FILE.kina [--fn NAME] [--interpret] [--dim NAME=N] [--seed N]
     kinac bench FILE.kina [--fn NAME] [--dim NAME=N] [--repeats N]
     kinac --version
@@ -42,22 +44,32 @@ def _compile_parser() -> argparse.ArgumentParser:
     from .pipeline import STAGE_NAMES
     p = argparse.ArgumentParser(prog="kinac", description="Compile a Kina program to MLIR and a shared object.",
                                 formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("file", help="the .kina source file")
+    p.add_argument("file", nargs="?", help="the .kina source file")
     p.add_argument("-o", "--output", help="output path (default: the .so next to the source; text stages print)")
-    p.add_argument("--emit", choices=STAGE_NAMES, default="so", help="stop after this stage and emit its output")
+    p.add_argument("--emit", choices=STAGE_NAMES, default="so", metavar="STAGE",
+                   help="stop after this stage (or pass) and emit its output: " + ", ".join(STAGE_NAMES))
+    p.add_argument("--list-passes", action="store_true", help="print the pass table and exit")
     p.add_argument("--dump-dir", help="write every stage's output, numbered, into this folder")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every MLIR pass (stderr)")
     p.add_argument("--cpu", default="native",
                    help="target CPU: native (default, this machine's) or x86-64, x86-64-v2, -v3, -v4 (portable)")
     p.add_argument("--locs", action="store_true", help="print source locations in emitted MLIR")
-    p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=3, help="LLVM optimisation level")
+    p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=3,
+                   help="0: none of the optimisation passes, LLVM at -O0; 1-3: every pass, LLVM at that level")
     p.add_argument("--version", action="version", version=version_text())
     return p
 
 
 def compile_main(argv: list[str]) -> int:
     from . import pipeline
-    args = _compile_parser().parse_args(argv)
+    parser = _compile_parser()
+    args = parser.parse_args(argv)
+    if args.list_passes:
+        from .passes import table
+        sys.stdout.write(table())
+        return 0
+    if not args.file:
+        parser.error("the .kina source file is required")
     src = Path(args.file)
     try:
         source = src.read_bytes()
@@ -100,6 +112,46 @@ def compile_main(argv: list[str]) -> int:
     return 0
 
 
+def opt_main(argv: list[str]) -> int:
+    """`kinac opt`: run named passes on MLIR text and print the result, like mlir-opt."""
+    from .passes import BY_NAME, PASSES
+    p = argparse.ArgumentParser(prog="kinac opt", description="Run kinac's passes on an MLIR file and print the result.")
+    p.add_argument("file", help="the .mlir file ('-' for stdin)")
+    p.add_argument("--passes", required=True, help="comma-separated pass names, in order (see kinac --list-passes)")
+    p.add_argument("-o", "--output", help="write the result here instead of stdout")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
+    p.add_argument("--locs", action="store_true", help="print source locations")
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.passes.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        print(f"kinac opt: error: unknown pass {', '.join(map(repr, unknown)) or '(none given)'}: "
+              f"expected names from {', '.join(q.name for q in PASSES)}", file=sys.stderr)
+        return 1
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as e:
+        print(f"kinac opt: error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 1
+    from mlir import ir
+    from . import pipeline
+    from .lower import print_ir
+    ctx = ir.Context()
+    try:
+        module = ir.Module.parse(text, ctx)
+    except ir.MLIRError as e:
+        print(f"kinac opt: error: {args.file} is not valid MLIR:\n{e}", file=sys.stderr)
+        return 1
+    for name in names:
+        pipeline.apply_pass(module, BY_NAME[name], args.print_ir_after_all, args.file)
+    out = print_ir(module, args.locs)
+    if args.output:
+        Path(args.output).write_text(out)
+    else:
+        sys.stdout.write(out)
+    return 0
+
+
 def run_main(argv: list[str], bench: bool = False) -> int:
     from .commands import run_command
     return run_command(argv, bench)
@@ -110,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] in ("run", "bench"):
             return run_main(argv[1:], bench=argv[0] == "bench")
+        if argv and argv[0] == "opt":
+            return opt_main(argv[1:])
         return compile_main(argv)
     except KinaError as e:
         from .diagnostics import use_color

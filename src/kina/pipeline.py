@@ -1,16 +1,20 @@
 """The compiler driver: an ordered table of stages from source text to a .so.
 
-    ast -> typed -> mlir -> lowered -> llvm -> obj -> so
+    ast -> typed -> mlir -> abi -> fuse-concat-matmul -> ... -> to-llvm -> llvm -> obj -> so
 
-Each stage is a small function from one representation to the next. `--emit X`
-stops after stage X; `--dump-dir` writes every stage's output, numbered.
+Each stage is a small function from one representation to the next: the front
+end (`ast`, `typed`), the reference IR (`mlir`), then one stage per pass of
+`kina.passes.PASSES` (the passes marked `optimisation` are skipped at -O0), then
+LLVM IR, the object file and the .so. `--emit X` stops after stage X (any pass
+included); `--dump-dir` writes every stage's output, numbered.
 
 In:  Kina source text and `Options`.
 Out: the output of the requested stage; for `so`, a built .so with its sidecar
      (`<name>.json`) beside it, or a loaded `runtime.Module` from `compile_*`.
 
-Guarantees: user errors are `KinaError`; a verifier or pass failure on our own
-MLIR is an `InternalError` with a reproducer file; a failing external tool is a
+Guarantees: user errors are `KinaError`; invalid reference IR, a pass that fails
+or a pass that leaves invalid IR is an `InternalError` naming the pass, with a
+reproducer file (the pass's input and the command that reruns it); a failing external tool is a
 `ToolError` with its stderr and the command to rerun. Builds are cached by a hash
 of the source, the options, kinac's version and code, the MLIR/LLVM version and
 the target CPU, and cache entries are written atomically (temp dir, then rename).
@@ -29,46 +33,14 @@ from typing import Any, Callable
 
 from . import __version__, ast, check as _check, syntax, toolchain
 from .diagnostics import InternalError, ToolError
-
-# Results already go to caller-owned buffers (lower.py emits destination-passing
-# style), so: let each result be computed straight into its destination, bufferize,
-# deallocate every temporary, then the standard lowering to the LLVM dialect.
-BUFFERIZE = ",".join([
-    "eliminate-empty-tensors",
-    "one-shot-bufferize",
-])
-# then, after Kina's own rewrites in lower.py (copies_to_linalg, matmuls_to_loops, sums_to_loops,
-# exps_to_arith):
-DEALLOCATE = ",".join([
-    "cse",  # merges equal subviews, so a slot copied onto itself folds away in canonicalize
-    "canonicalize",
-    "buffer-deallocation-pipeline",
-    "convert-bufferization-to-memref",
-])
-# then, after lower.fence_nontemporal_stores (the dealloc analysis rejects a fence):
-TO_LLVM = ",".join([
-    "convert-linalg-to-loops",
-    "expand-strided-metadata",
-    "lower-affine",
-    "convert-scf-to-cf",
-    "convert-vector-to-llvm",
-    "convert-math-to-llvm",
-    "convert-arith-to-llvm",
-    "convert-index-to-llvm",
-    "finalize-memref-to-llvm",
-    "convert-func-to-llvm",
-    "convert-cf-to-llvm",
-    "reconcile-unrealized-casts",
-])
-PASS_PIPELINE = f"{BUFFERIZE},{DEALLOCATE},{TO_LLVM}"  # as one mlir-opt run, without Kina's rewrites
-
+from .passes import PASSES, Pass
 
 @dataclass(frozen=True)
 class Options:
-    opt_level: int = 3
+    opt_level: int = 3  # 0: none of the optimisation passes, and LLVM at -O0
     cpu: str = "native"  # "native" (this machine's CPU) or an x86-64 level: "x86-64", "x86-64-v2", -v3, -v4
     print_ir_after_all: bool = False
-    locations: bool = False  # print loc(...) in --emit mlir/lowered output
+    locations: bool = False  # print loc(...) in emitted MLIR
 
     def cache_key(self) -> dict:
         d = asdict(self)
@@ -113,39 +85,37 @@ def _stage_typed(b: Build) -> None:
 
 
 def _stage_mlir(b: Build) -> None:
-    from . import lower
-    lower.require_host(b.program)
     from mlir import ir
+    from . import lower
     b.module = lower.lower(b.program)
     try:
         b.module.operation.verify()
     except ir.MLIRError as e:
-        raise InternalError(f"the generated MLIR does not verify:\n{e}",
-                            _reproducer(b, b.module.operation.get_asm(enable_debug_info=True, assume_verified=True), "")
-                            ) from None
+        raise InternalError(f"the reference IR does not verify:\n{e}",
+                            _reproducer(b.filename, b.module.operation.get_asm(enable_debug_info=True,
+                                                                               assume_verified=True))) from None
 
 
-def _stage_lowered(b: Build) -> None:
+def apply_pass(module, p: Pass, print_ir: bool = False, what: str = "the generated MLIR") -> None:
+    """Run pass `p` on `module`; a failure (or invalid IR after it) is an
+    InternalError naming the pass, with a reproducer: its input and the command
+    that reruns it alone."""
     from mlir import ir
-    from mlir.passmanager import PassManager
-    from . import lower
-    steps = [BUFFERIZE, lower.copies_to_linalg, lower.matmuls_to_loops, lower.sums_to_loops,
-             lower.exps_to_arith, DEALLOCATE,
-             lower.fence_nontemporal_stores, TO_LLVM]
-    for step in steps:
-        if callable(step):
-            step(b.module)
-            continue
-        before = b.module.operation.get_asm(enable_debug_info=True)
-        with b.module.context:
-            pm = PassManager.parse(f"builtin.module({step})")
-            if b.options.print_ir_after_all:
-                pm.enable_ir_printing()
-            try:
-                pm.run(b.module.operation)
-            except ir.MLIRError as e:
-                raise InternalError(f"the pass pipeline failed on the generated MLIR:\n{e}",
-                                    _reproducer(b, before, step)) from None
+    before = module.operation.get_asm(enable_debug_info=True, use_name_loc_as_prefix=True)
+    try:
+        p.apply(module, print_ir)
+    except ir.MLIRError as e:
+        raise InternalError(f"pass '{p.name}' failed on {what}:\n{e}", _reproducer(what, before, p)) from None
+    except Exception as e:  # a Kina pass that raises is a bug in that pass
+        raise InternalError(f"pass '{p.name}' raised {type(e).__name__}: {e}", _reproducer(what, before, p)) from e
+
+
+def _pass_stage(p: Pass) -> Callable[[Build], None]:
+    def stage(b: Build) -> None:
+        if b.options.opt_level > 0 or not p.optimisation:
+            apply_pass(b.module, p, b.options.print_ir_after_all, b.filename)
+    stage.__doc__ = p.summary
+    return stage
 
 
 def _stage_llvm(b: Build) -> None:
@@ -193,8 +163,9 @@ def _render(b: Build, stage: str) -> str | bytes:
     """A stage's output as it is printed by --emit and written by --dump-dir."""
     if stage in ("ast", "typed"):
         return ast.dump(b.program)
-    if stage in ("mlir", "lowered"):
-        return b.module.operation.get_asm(enable_debug_info=b.options.locations)
+    if stage in PASS_NAMES or stage == "mlir":
+        from .lower import print_ir
+        return print_ir(b.module, b.options.locations)
     if stage == "llvm":
         return b.llvm_ir.decode()
     if stage == "obj":
@@ -202,12 +173,15 @@ def _render(b: Build, stage: str) -> str | bytes:
     return str(b.so_path) + "\n"
 
 
+PASS_NAMES = [p.name for p in PASSES]
 STAGES: list[tuple[str, Callable[[Build], None]]] = [
-    ("ast", _stage_ast), ("typed", _stage_typed), ("mlir", _stage_mlir), ("lowered", _stage_lowered),
+    ("ast", _stage_ast), ("typed", _stage_typed), ("mlir", _stage_mlir),
+    *[(p.name, _pass_stage(p)) for p in PASSES],
     ("llvm", _stage_llvm), ("obj", _stage_obj), ("so", _stage_so),
 ]
 STAGE_NAMES = [name for name, _ in STAGES]
-DUMP_EXT = {"ast": "txt", "typed": "txt", "mlir": "mlir", "lowered": "mlir", "llvm": "ll", "obj": "o", "so": "txt"}
+DUMP_EXT = {"ast": "txt", "typed": "txt", "mlir": "mlir", **{n: "mlir" for n in PASS_NAMES},
+            "llvm": "ll", "obj": "o", "so": "txt"}
 
 
 def run_stages(source: str | bytes, filename: str, until: str = "so", options: Options = Options(),
@@ -240,23 +214,26 @@ def _run(b: Build, source, until: str, dump_dir: Path | None) -> None:
         stage(b)
         if name == "ast" and isinstance(source, bytes):
             b.source = b.program.source
-        if dump_dir is not None:
+        skipped = name in PASS_NAMES and b.options.opt_level == 0 and PASSES[PASS_NAMES.index(name)].optimisation
+        if dump_dir is not None and not skipped:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
             out = _render(b, name)
-            path = Path(dump_dir) / f"{i}-{name}.{DUMP_EXT[name]}"
+            path = Path(dump_dir) / f"{i:02d}-{name}.{DUMP_EXT[name]}"
             path.write_bytes(out) if isinstance(out, bytes) else path.write_text(out)
         if name == until:
             break
 
 
-def _reproducer(b: Build, mlir_text: str, pipeline: str) -> str:
+def _reproducer(what: str, mlir_text: str, p: Pass | None = None) -> str:
     fd, path = tempfile.mkstemp(prefix="kina-repro-", suffix=".mlir")
     with os.fdopen(fd, "w") as f:
-        f.write(f"// Reproducer for an internal kinac error on {b.filename}.\n")
-        if pipeline:
-            f.write(f"// Run: mlir-opt {path} --pass-pipeline='builtin.module({pipeline})'\n")
-        else:
+        f.write(f"// Reproducer for an internal kinac error on {what}.\n")
+        if p is None:
             f.write(f"// Run: mlir-opt {path} --verify-diagnostics\n")
+        else:
+            f.write(f"// The input of pass '{p.name}'. Run: kinac opt {path} --passes {p.name}\n")
+            if p.pipeline:
+                f.write(f"// or: mlir-opt {path} --pass-pipeline='builtin.module({p.pipeline})'\n")
         f.write(mlir_text)
     return path
 
@@ -271,8 +248,9 @@ def cache_dir() -> Path:
 def compiler_digest() -> str:
     """A hash of kinac's own code, so that editing the compiler never serves a stale build."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).with_name("grammar.lark")]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")) + [root / "grammar.lark"]:
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 

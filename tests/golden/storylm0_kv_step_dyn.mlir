@@ -1,124 +1,113 @@
-#loc = loc("examples/storylm0_kv_step_dyn.kina":4:5)
-#loc10 = loc("examples/storylm0_kv_step_dyn.kina":18:16)
-#loc12 = loc("examples/storylm0_kv_step_dyn.kina":19:16)
-#loc13 = loc("examples/storylm0_kv_step_dyn.kina":20:15)
-#loc14 = loc("examples/storylm0_kv_step_dyn.kina":21:17)
-#map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>
-#map1 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
-#map2 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d4)>
-#map3 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
-#map4 = affine_map<(d0, d1, d2, d3) -> (0, 0, d2, 0)>
-#map5 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
-module {
-  func.func @kina_kv_step(%arg0: memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg1: memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg2: memref<?x?x?x1xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg3: memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg4: memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg5: memref<1x1x1x1xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg6: memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg7: memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5), %arg8: memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>> loc("examples/storylm0_kv_step_dyn.kina":4:5)) attributes {llvm.emit_c_interface} {
-    %0 = bufferization.to_tensor %arg0 restrict : memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x1x?xf32> loc(#loc1)
-    %c0 = arith.constant 0 : index loc(#loc1)
-    %dim = tensor.dim %0, %c0 : tensor<?x?x1x?xf32> loc(#loc1)
-    %c1 = arith.constant 1 : index loc(#loc1)
-    %dim_0 = tensor.dim %0, %c1 : tensor<?x?x1x?xf32> loc(#loc1)
-    %c3 = arith.constant 3 : index loc(#loc1)
-    %dim_1 = tensor.dim %0, %c3 : tensor<?x?x1x?xf32> loc(#loc1)
-    %1 = bufferization.to_tensor %arg1 restrict : memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x?x?xf32> loc(#loc2)
-    %c3_2 = arith.constant 3 : index loc(#loc2)
-    %dim_3 = tensor.dim %1, %c3_2 : tensor<?x?x?x?xf32> loc(#loc2)
-    %2 = bufferization.to_tensor %arg2 restrict : memref<?x?x?x1xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x?x1xf32> loc(#loc3)
-    %3 = bufferization.to_tensor %arg3 restrict : memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x?x?xf32> loc(#loc4)
-    %4 = bufferization.to_tensor %arg4 restrict : memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x1x?xf32> loc(#loc5)
-    %5 = bufferization.to_tensor %arg5 restrict : memref<1x1x1x1xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<1x1x1x1xf32> loc(#loc6)
-    %6 = bufferization.to_tensor %arg6 restrict writable : memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x?x?xf32> loc(#loc7)
-    %7 = bufferization.to_tensor %arg7 restrict writable : memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x?x?xf32> loc(#loc8)
-    %8 = bufferization.to_tensor %arg8 restrict writable : memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>> to tensor<?x?x1x?xf32> loc(#loc9)
-    %c1_4 = arith.constant 1 : index loc(#loc10)
-    %9 = arith.addi %c1_4, %dim_3 : index loc(#loc10)
-    %10 = tensor.empty(%dim, %dim_0, %9) : tensor<?x?x1x?xf32> loc(#loc10)
-    %cst = arith.constant 0.000000e+00 : f32 loc(#loc10)
-    %11 = linalg.fill ins(%cst : f32) outs(%10 : tensor<?x?x1x?xf32>) -> tensor<?x?x1x?xf32> loc(#loc10)
-    %extracted_slice = tensor.extract_slice %6[0, 0, 0, 0] [%dim, %dim_0, %dim_1, %dim_3] [1, 1, 1, 1] : tensor<?x?x?x?xf32> to tensor<?x?x?x?xf32> loc(#loc11)
-    %extracted_slice_5 = tensor.extract_slice %11[0, 0, 0, 0] [%dim, %dim_0, 1, %dim_3] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x?xf32> loc(#loc10)
-    %12:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%0, %1 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) outs(%extracted_slice_5, %extracted_slice : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16)):
-      %26 = arith.mulf %in, %in_20 : f32 loc(#loc10)
-      %27 = arith.addf %out, %26 : f32 loc(#loc10)
-      linalg.yield %27, %in_20 : f32, f32 loc(#loc10)
-    } -> (tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) loc(#loc10)
-    %inserted_slice = tensor.insert_slice %12#1 into %6[0, 0, 0, 0] [%dim, %dim_0, %dim_1, %dim_3] [1, 1, 1, 1] : tensor<?x?x?x?xf32> into tensor<?x?x?x?xf32> loc(#loc11)
-    %inserted_slice_6 = tensor.insert_slice %12#0 into %11[0, 0, 0, 0] [%dim, %dim_0, 1, %dim_3] [1, 1, 1, 1] : tensor<?x?x1x?xf32> into tensor<?x?x1x?xf32> loc(#loc10)
-    %extracted_slice_7 = tensor.extract_slice %inserted_slice[0, 0, 0, %dim_3] [%dim, %dim_0, %dim_1, 1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> to tensor<?x?x?x1xf32> loc(#loc11)
-    %extracted_slice_8 = tensor.extract_slice %inserted_slice_6[0, 0, 0, %dim_3] [%dim, %dim_0, 1, 1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x1xf32> loc(#loc10)
-    %13:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%0, %2 : tensor<?x?x1x?xf32>, tensor<?x?x?x1xf32>) outs(%extracted_slice_8, %extracted_slice_7 : tensor<?x?x1x1xf32>, tensor<?x?x?x1xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16)):
-      %26 = arith.mulf %in, %in_20 : f32 loc(#loc10)
-      %27 = arith.addf %out, %26 : f32 loc(#loc10)
-      linalg.yield %27, %in_20 : f32, f32 loc(#loc10)
-    } -> (tensor<?x?x1x1xf32>, tensor<?x?x?x1xf32>) loc(#loc10)
-    %inserted_slice_9 = tensor.insert_slice %13#1 into %inserted_slice[0, 0, 0, %dim_3] [%dim, %dim_0, %dim_1, 1] [1, 1, 1, 1] : tensor<?x?x?x1xf32> into tensor<?x?x?x?xf32> loc(#loc11)
-    %inserted_slice_10 = tensor.insert_slice %13#0 into %inserted_slice_6[0, 0, 0, %dim_3] [%dim, %dim_0, 1, 1] [1, 1, 1, 1] : tensor<?x?x1x1xf32> into tensor<?x?x1x?xf32> loc(#loc10)
-    %14 = linalg.generic {indexing_maps = [#map3, #map4, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inserted_slice_10, %5 : tensor<?x?x1x?xf32>, tensor<1x1x1x1xf32>) outs(%inserted_slice_10 : tensor<?x?x1x?xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16)):
-      %26 = arith.mulf %in, %in_20 : f32 loc(#loc12)
-      linalg.yield %26 : f32 loc(#loc12)
-    } -> tensor<?x?x1x?xf32> loc(#loc12)
-    %cst_11 = arith.constant 0xFF800000 : f32 loc(#loc13)
-    %15 = tensor.empty(%dim, %dim_0) : tensor<?x?x1xf32> loc(#loc13)
-    %16 = linalg.fill ins(%cst_11 : f32) outs(%15 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc13)
-    %17 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%14 : tensor<?x?x1x?xf32>) outs(%16 : tensor<?x?x1xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %26 = arith.maximumf %in, %out : f32 loc(#loc13)
-      linalg.yield %26 : f32 loc(#loc13)
-    } -> tensor<?x?x1xf32> loc(#loc13)
-    %18 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%14, %17 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%14 : tensor<?x?x1x?xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %26 = arith.subf %in, %in_20 : f32 loc(#loc13)
-      %27 = math.exp %26 : f32 loc(#loc13)
-      linalg.yield %27 : f32 loc(#loc13)
-    } -> tensor<?x?x1x?xf32> loc(#loc13)
-    %cst_12 = arith.constant 0.000000e+00 : f32 loc(#loc13)
-    %19 = tensor.empty(%dim, %dim_0) : tensor<?x?x1xf32> loc(#loc13)
-    %20 = linalg.fill ins(%cst_12 : f32) outs(%19 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc13)
-    %21 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%18 : tensor<?x?x1x?xf32>) outs(%20 : tensor<?x?x1xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %26 = arith.addf %in, %out : f32 loc(#loc13)
-      linalg.yield %26 : f32 loc(#loc13)
-    } -> tensor<?x?x1xf32> loc(#loc13)
-    %22 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%18, %21 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%18 : tensor<?x?x1x?xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
-      %26 = arith.divf %in, %in_20 : f32 loc(#loc13)
-      linalg.yield %26 : f32 loc(#loc13)
-    } -> tensor<?x?x1x?xf32> loc(#loc13)
-    %cst_13 = arith.constant 0.000000e+00 : f32 loc(#loc14)
-    %23 = linalg.fill ins(%cst_13 : f32) outs(%8 : tensor<?x?x1x?xf32>) -> tensor<?x?x1x?xf32> loc(#loc14)
-    %extracted_slice_14 = tensor.extract_slice %7[0, 0, 0, 0] [%dim, %dim_0, %dim_3, %dim_1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> to tensor<?x?x?x?xf32> loc(#loc15)
-    %extracted_slice_15 = tensor.extract_slice %22[0, 0, 0, 0] [%dim, %dim_0, 1, %dim_3] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x?xf32> loc(#loc14)
-    %24:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%extracted_slice_15, %3 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) outs(%23, %extracted_slice_14 : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17)):
-      %26 = arith.mulf %in, %in_20 : f32 loc(#loc14)
-      %27 = arith.addf %out, %26 : f32 loc(#loc14)
-      linalg.yield %27, %in_20 : f32, f32 loc(#loc14)
-    } -> (tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) loc(#loc14)
-    %inserted_slice_16 = tensor.insert_slice %24#1 into %7[0, 0, 0, 0] [%dim, %dim_0, %dim_3, %dim_1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> into tensor<?x?x?x?xf32> loc(#loc15)
-    %extracted_slice_17 = tensor.extract_slice %inserted_slice_16[0, 0, %dim_3, 0] [%dim, %dim_0, 1, %dim_1] [1, 1, 1, 1] : tensor<?x?x?x?xf32> to tensor<?x?x1x?xf32> loc(#loc15)
-    %extracted_slice_18 = tensor.extract_slice %22[0, 0, 0, %dim_3] [%dim, %dim_0, 1, 1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> to tensor<?x?x1x1xf32> loc(#loc14)
-    %25:2 = linalg.generic {indexing_maps = [#map, #map1, #map2, #map1], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%extracted_slice_18, %4 : tensor<?x?x1x1xf32>, tensor<?x?x1x?xf32>) outs(%24#0, %extracted_slice_17 : tensor<?x?x1x?xf32>, tensor<?x?x1x?xf32>) {
-    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %in_20: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out_21: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17)):
-      %26 = arith.mulf %in, %in_20 : f32 loc(#loc14)
-      %27 = arith.addf %out, %26 : f32 loc(#loc14)
-      linalg.yield %27, %in_20 : f32, f32 loc(#loc14)
-    } -> (tensor<?x?x1x?xf32>, tensor<?x?x1x?xf32>) loc(#loc14)
-    %inserted_slice_19 = tensor.insert_slice %25#1 into %inserted_slice_16[0, 0, %dim_3, 0] [%dim, %dim_0, 1, %dim_1] [1, 1, 1, 1] : tensor<?x?x1x?xf32> into tensor<?x?x?x?xf32> loc(#loc15)
-    bufferization.materialize_in_destination %inserted_slice_9 in restrict writable %arg6 : (tensor<?x?x?x?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>>) -> () loc(#loc7)
-    bufferization.materialize_in_destination %inserted_slice_19 in restrict writable %arg7 : (tensor<?x?x?x?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>>) -> () loc(#loc8)
-    bufferization.materialize_in_destination %25#0 in restrict writable %arg8 : (tensor<?x?x1x?xf32>, memref<?x?x1x?xf32, strided<[?, ?, ?, 1], offset: ?>>) -> () loc(#loc9)
-    return loc(#loc)
-  } loc(#loc)
-} loc(#loc)
 #loc1 = loc("examples/storylm0_kv_step_dyn.kina":5:3)
 #loc2 = loc("examples/storylm0_kv_step_dyn.kina":6:3)
 #loc3 = loc("examples/storylm0_kv_step_dyn.kina":7:3)
 #loc4 = loc("examples/storylm0_kv_step_dyn.kina":8:3)
 #loc5 = loc("examples/storylm0_kv_step_dyn.kina":9:3)
 #loc6 = loc("examples/storylm0_kv_step_dyn.kina":10:3)
-#loc7 = loc("examples/storylm0_kv_step_dyn.kina":22:4)
-#loc8 = loc("examples/storylm0_kv_step_dyn.kina":22:12)
-#loc9 = loc("examples/storylm0_kv_step_dyn.kina":22:20)
+#loc13 = loc("examples/storylm0_kv_step_dyn.kina":18:16)
+#loc14 = loc("examples/storylm0_kv_step_dyn.kina":19:16)
+#loc15 = loc("examples/storylm0_kv_step_dyn.kina":20:15)
+#loc16 = loc("examples/storylm0_kv_step_dyn.kina":21:17)
+#map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>
+#map1 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
+#map2 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d4)>
+#map3 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#map4 = affine_map<(d0, d1, d2, d3) -> (0, 0, d2, 0)>
+#map5 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#loc17 = loc("q_new"(#loc1))
+#loc18 = loc("k_past"(#loc2))
+#loc19 = loc("k_new"(#loc3))
+#loc20 = loc("v_past"(#loc4))
+#loc21 = loc("v_new"(#loc5))
+#loc22 = loc("scale"(#loc6))
+module {
+  func.func @kv_step(%q_new: tensor<?x?x1x?xf32> loc("q_new"(#loc1)), %k_past: tensor<?x?x?x?xf32> loc("k_past"(#loc2)), %k_new: tensor<?x?x?x1xf32> loc("k_new"(#loc3)), %v_past: tensor<?x?x?x?xf32> loc("v_past"(#loc4)), %v_new: tensor<?x?x1x?xf32> loc("v_new"(#loc5)), %scale: tensor<1x1x1x1xf32> loc("scale"(#loc6))) -> (tensor<?x?x?x?xf32>, tensor<?x?x?x?xf32>, tensor<?x?x1x?xf32>) {
+    %c0 = arith.constant 0 : index loc(#loc7)
+    %B = tensor.dim %q_new, %c0 : tensor<?x?x1x?xf32> loc(#loc23)
+    %c1 = arith.constant 1 : index loc(#loc8)
+    %H = tensor.dim %q_new, %c1 : tensor<?x?x1x?xf32> loc(#loc24)
+    %c3 = arith.constant 3 : index loc(#loc9)
+    %Dh = tensor.dim %q_new, %c3 : tensor<?x?x1x?xf32> loc(#loc25)
+    %c3_0 = arith.constant 3 : index loc(#loc10)
+    %S = tensor.dim %k_past, %c3_0 : tensor<?x?x?x?xf32> loc(#loc26)
+    %c1_1 = arith.constant 1 : index loc(#loc11)
+    %0 = arith.addi %c1_1, %S : index loc(#loc11)
+    %1 = tensor.empty(%B, %H, %Dh, %0) : tensor<?x?x?x?xf32> loc(#loc11)
+    %inserted_slice = tensor.insert_slice %k_past into %1[0, 0, 0, 0] [%B, %H, %Dh, %S] [1, 1, 1, 1] : tensor<?x?x?x?xf32> into tensor<?x?x?x?xf32> loc(#loc11)
+    %k_next = tensor.insert_slice %k_new into %inserted_slice[0, 0, 0, %S] [%B, %H, %Dh, 1] [1, 1, 1, 1] : tensor<?x?x?x1xf32> into tensor<?x?x?x?xf32> loc(#loc27)
+    %2 = tensor.empty(%B, %H, %0, %Dh) : tensor<?x?x?x?xf32> loc(#loc12)
+    %inserted_slice_2 = tensor.insert_slice %v_past into %2[0, 0, 0, 0] [%B, %H, %S, %Dh] [1, 1, 1, 1] : tensor<?x?x?x?xf32> into tensor<?x?x?x?xf32> loc(#loc12)
+    %v_next = tensor.insert_slice %v_new into %inserted_slice_2[0, 0, %S, 0] [%B, %H, 1, %Dh] [1, 1, 1, 1] : tensor<?x?x1x?xf32> into tensor<?x?x?x?xf32> loc(#loc28)
+    %cst = arith.constant 0.000000e+00 : f32 loc(#loc13)
+    %3 = tensor.empty(%B, %H, %0) : tensor<?x?x1x?xf32> loc(#loc13)
+    %4 = linalg.fill ins(%cst : f32) outs(%3 : tensor<?x?x1x?xf32>) -> tensor<?x?x1x?xf32> loc(#loc13)
+    %scores = linalg.generic {indexing_maps = [#map, #map1, #map2], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%q_new, %k_next : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) outs(%4 : tensor<?x?x1x?xf32>) {
+    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %in_6: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":18:16)):
+      %17 = arith.mulf %in, %in_6 : f32 loc(#loc13)
+      %18 = arith.addf %out, %17 : f32 loc(#loc13)
+      linalg.yield %18 : f32 loc(#loc13)
+    } -> tensor<?x?x1x?xf32> loc(#loc29)
+    %5 = tensor.empty(%B, %H, %0) : tensor<?x?x1x?xf32> loc(#loc14)
+    %scaled = linalg.generic {indexing_maps = [#map3, #map4, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores, %scale : tensor<?x?x1x?xf32>, tensor<1x1x1x1xf32>) outs(%5 : tensor<?x?x1x?xf32>) {
+    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16), %in_6: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":19:16)):
+      %17 = arith.mulf %in, %in_6 : f32 loc(#loc14)
+      linalg.yield %17 : f32 loc(#loc14)
+    } -> tensor<?x?x1x?xf32> loc(#loc30)
+    %cst_3 = arith.constant 0xFF800000 : f32 loc(#loc15)
+    %6 = tensor.empty(%B, %H) : tensor<?x?x1xf32> loc(#loc15)
+    %7 = linalg.fill ins(%cst_3 : f32) outs(%6 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc15)
+    %8 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%scaled : tensor<?x?x1x?xf32>) outs(%7 : tensor<?x?x1xf32>) {
+    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
+      %17 = arith.maximumf %in, %out : f32 loc(#loc15)
+      linalg.yield %17 : f32 loc(#loc15)
+    } -> tensor<?x?x1xf32> loc(#loc15)
+    %9 = tensor.empty(%B, %H, %0) : tensor<?x?x1x?xf32> loc(#loc15)
+    %10 = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scaled, %8 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%9 : tensor<?x?x1x?xf32>) {
+    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %in_6: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
+      %17 = arith.subf %in, %in_6 : f32 loc(#loc15)
+      %18 = math.exp %17 : f32 loc(#loc15)
+      linalg.yield %18 : f32 loc(#loc15)
+    } -> tensor<?x?x1x?xf32> loc(#loc15)
+    %cst_4 = arith.constant 0.000000e+00 : f32 loc(#loc15)
+    %11 = tensor.empty(%B, %H) : tensor<?x?x1xf32> loc(#loc15)
+    %12 = linalg.fill ins(%cst_4 : f32) outs(%11 : tensor<?x?x1xf32>) -> tensor<?x?x1xf32> loc(#loc15)
+    %13 = linalg.generic {indexing_maps = [#map3, #map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%10 : tensor<?x?x1x?xf32>) outs(%12 : tensor<?x?x1xf32>) {
+    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
+      %17 = arith.addf %in, %out : f32 loc(#loc15)
+      linalg.yield %17 : f32 loc(#loc15)
+    } -> tensor<?x?x1xf32> loc(#loc15)
+    %14 = tensor.empty(%B, %H, %0) : tensor<?x?x1x?xf32> loc(#loc15)
+    %probs = linalg.generic {indexing_maps = [#map3, #map5, #map3], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%10, %13 : tensor<?x?x1x?xf32>, tensor<?x?x1xf32>) outs(%14 : tensor<?x?x1x?xf32>) {
+    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %in_6: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":20:15)):
+      %17 = arith.divf %in, %in_6 : f32 loc(#loc15)
+      linalg.yield %17 : f32 loc(#loc15)
+    } -> tensor<?x?x1x?xf32> loc(#loc31)
+    %cst_5 = arith.constant 0.000000e+00 : f32 loc(#loc16)
+    %15 = tensor.empty(%B, %H, %Dh) : tensor<?x?x1x?xf32> loc(#loc16)
+    %16 = linalg.fill ins(%cst_5 : f32) outs(%15 : tensor<?x?x1x?xf32>) -> tensor<?x?x1x?xf32> loc(#loc16)
+    %context = linalg.generic {indexing_maps = [#map, #map1, #map2], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%probs, %v_next : tensor<?x?x1x?xf32>, tensor<?x?x?x?xf32>) outs(%16 : tensor<?x?x1x?xf32>) {
+    ^bb0(%in: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %in_6: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17), %out: f32 loc("examples/storylm0_kv_step_dyn.kina":21:17)):
+      %17 = arith.mulf %in, %in_6 : f32 loc(#loc16)
+      %18 = arith.addf %out, %17 : f32 loc(#loc16)
+      linalg.yield %18 : f32 loc(#loc16)
+    } -> tensor<?x?x1x?xf32> loc(#loc32)
+    return %k_next, %v_next, %context : tensor<?x?x?x?xf32>, tensor<?x?x?x?xf32>, tensor<?x?x1x?xf32> loc(#loc)
+  } loc(#loc)
+} loc(#loc)
+#loc = loc("examples/storylm0_kv_step_dyn.kina":4:5)
+#loc7 = loc("examples/storylm0_kv_step_dyn.kina":5:23)
+#loc8 = loc("examples/storylm0_kv_step_dyn.kina":5:26)
+#loc9 = loc("examples/storylm0_kv_step_dyn.kina":5:32)
+#loc10 = loc("examples/storylm0_kv_step_dyn.kina":6:34)
 #loc11 = loc("examples/storylm0_kv_step_dyn.kina":16:16)
-#loc15 = loc("examples/storylm0_kv_step_dyn.kina":17:16)
+#loc12 = loc("examples/storylm0_kv_step_dyn.kina":17:16)
+#loc23 = loc("B"(#loc7))
+#loc24 = loc("H"(#loc8))
+#loc25 = loc("Dh"(#loc9))
+#loc26 = loc("S"(#loc10))
+#loc27 = loc("k_next"(#loc11))
+#loc28 = loc("v_next"(#loc12))
+#loc29 = loc("scores"(#loc13))
+#loc30 = loc("scaled"(#loc14))
+#loc31 = loc("probs"(#loc15))
+#loc32 = loc("context"(#loc16))

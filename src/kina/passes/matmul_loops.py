@@ -1,0 +1,196 @@
+"""matmul-loops: after bufferization, each matmul `linalg.generic` becomes explicit loops.
+
+    linalg.generic {matmul maps} ins(%q, %k : memref<1x4xf32, ...>, memref<4x8xf32, ...>)
+                                 outs(%acc : memref<1x8xf32, ...>)   // acc + x * y
+becomes, for each (batch..., i) and each block of UNROLL_K consecutive k,
+    scf.for %j = ... step 32 {                       // explicit vector<32xf32>
+      %a = vector.load %acc[%i, %j]
+      %y0 = vector.load %k[%k0, %j]  ...  %y7 = vector.load %k[%k7, %j]
+      %a' = ((%a + %x0 * %y0) + %x1 * %y1) ... + %x7 * %y7
+      vector.store %a', %acc[%i, %j]
+    }
+with a scalar tail, or, for short output rows, the whole row of sums carried in
+vector registers through the k loop.
+
+convert-linalg-to-loops would give (batch..., i, k, j) loops whose j loop streams
+one rhs row at a time. Here one j loop reads UNROLL_K rows side by side (several
+read streams at once) and adds their products to the accumulator in the order
+k, k+1, ...: every output element still sums over k in ascending order, as fmul
+then fadd, so results are bit-identical to the plain loops. Works for any static
+or symbolic sizes and any outer strides.
+
+A fused matmul (fuse-concat-matmul: it also copies its rhs into a concat's slot)
+goes one row at a time and writes the copy with non-temporal stores: the copy is
+not read again here, so it need not be read into the cache before it is written,
+nor evict what is there. Vector ones must be aligned, so each row's j loop starts
+with scalar steps up to the first NT_ALIGN-byte boundary of the slot row; those
+and the tail are non-temporal too, so that every cache line of the slot is
+written by non-temporal stores alone (a line written partly both ways measured 2x
+slower). fence-nontemporal then orders them before the function returns.
+
+A matmul whose output rows are short (a whole number of vectors, at most
+REGISTER_ROW_BYTES, like one attention head's values; checked at run time when the
+length is symbolic) keeps the whole output row in vector registers while k runs,
+in the same k order: each rhs row costs its loads (and, fused, its non-temporal
+stores) and nothing else. A fused one needs every slot row to start on an
+NT_ALIGN boundary, checked at run time (the slot is a caller's buffer); a
+misaligned slot takes the row-at-a-time loops.
+
+Guarantees: only matmuls on memrefs whose operands share one element type (no
+F16/BF16 widening) are rewritten; the others are left to convert-linalg-to-loops.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, memref, scf, vector
+
+from ..lower import DYN, index
+from ._util import dim, loop, matmul_form, nest, rewrite_each
+
+# How many rhs rows one pass over j reads side by side, and how many bytes of a row
+# one vector step covers.
+UNROLL_K = 8
+VECTOR_BYTES = 128
+NT_ALIGN = 64  # bytes: what a non-temporal vector store needs
+REGISTER_ROW_BYTES = 512  # a matmul's output rows up to this long keep their sums in registers
+
+
+
+def _kind(op) -> str | None:
+    form = matmul_form(op)
+    if form is None:
+        return None
+    operands = list(op.operands)
+    if not all(isinstance(v.type, ir.MemRefType) for v in operands):
+        return None
+    return form if len({v.type.element_type for v in operands}) == 1 else None
+
+
+def run(module_op, unroll: int = UNROLL_K, vector_bytes: int = VECTOR_BYTES) -> None:
+    rewrite_each(module_op, _kind, lambda op, kind: _emit(op, unroll if kind == "plain" else 1, vector_bytes))
+
+
+def _emit(op, unroll: int, vector_bytes: int) -> None:
+    lhs, rhs = list(op.opview.inputs)
+    acc, *slot = list(op.opview.outputs)
+    slot = slot[0] if slot else None  # a fused matmul's concat slot, written with non-temporal stores
+    acc_t = ir.MemRefType(acc.type)
+    rank, elt = acc_t.rank, acc_t.element_type
+    cst, zero, one = index, index(0), index(1)
+    sizes = [dim(acc, a) for a in range(rank)]  # batch..., I, N
+    K, N = dim(lhs, rank - 1), sizes[-1]
+    elt_bytes = elt.width // 8
+    width = max(1, vector_bytes // elt_bytes)
+    vtype = ir.VectorType.get([width], elt)
+    use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
+    # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
+    most, n_static = REGISTER_ROW_BYTES // (width * elt_bytes), acc_t.shape[-1]
+    if n_static == DYN:
+        register_vectors = list(range(1, most + 1))
+    else:
+        register_vectors = [n_static // width] if n_static % width == 0 and 0 < n_static // width <= most else []
+    if slot is not None:  # where slot rows start, to align the non-temporal stores
+        meta = memref.ExtractStridedMetadataOp(slot)
+        slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result
+        slot_offset, slot_strides = meta.offset, list(meta.strides)
+
+    def slot_address(indices):
+        """The byte address of slot[*indices, 0, ...]."""
+        lin = slot_offset
+        for i, stride in zip(indices, slot_strides):
+            lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
+        return arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
+
+    def rows(outer, k0, count):
+        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
+        (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused)."""
+        b = outer[:-1]
+        ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
+        xs = [memref.LoadOp(lhs, [*outer, k]).result for k in ks]
+
+        def step(j, vec):
+            if vec:
+                load = lambda m, ix: vector.LoadOp(vtype, m, ix).result
+                store = lambda v, m, ix: vector.StoreOp(v, m, ix)
+                xv = [vector.BroadcastOp(vtype, x).result for x in xs]
+            else:
+                load = lambda m, ix: memref.LoadOp(m, ix).result
+                store = lambda v, m, ix: memref.StoreOp(v, m, ix)
+                xv = xs
+            a = load(acc, [*outer, j])
+            for x, k in zip(xv, ks):
+                y = load(rhs, [*b, k, j])
+                a = arith.AddFOp(a, arith.MulFOp(x, y).result).result
+                if slot is not None and vec:
+                    vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
+                elif slot is not None:
+                    memref.StoreOp(y, slot, [*b, k, j], nontemporal=True)
+            store(a, acc, [*outer, j])
+
+        start = zero
+        if slot is not None and use_vectors:  # scalar steps up to the slot row's first NT_ALIGN boundary (at most N)
+            addr = slot_address([*b, ks[0]])
+            gap = arith.RemUIOp(arith.SubIOp(cst(NT_ALIGN), arith.RemUIOp(addr, cst(NT_ALIGN)).result).result,
+                                cst(NT_ALIGN)).result
+            start = arith.MinUIOp(arith.DivUIOp(gap, cst(elt_bytes)).result, N).result
+            loop(zero, start, one, lambda j: step(j, False))
+        n_vec = start
+        if use_vectors:
+            w = cst(width)
+            left = arith.SubIOp(N, start).result
+            n_vec = arith.AddIOp(start, arith.SubIOp(left, arith.RemUIOp(left, w).result).result).result
+            loop(start, n_vec, w, lambda j: step(j, True))
+        loop(n_vec, N, one, lambda j: step(j, False))
+
+    def rows_in_registers(outer, n_vectors):
+        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] (and, fused, slot[b, k, :] = rhs[b, k, :])
+        for every k, in order, with the row of sums (`n_vectors` vectors) carried in registers."""
+        b = outer[:-1]
+        js = [cst(v * width) for v in range(n_vectors)]
+
+        def add_row(k, *sums):
+            x = vector.BroadcastOp(vtype, memref.LoadOp(lhs, [*outer, k]).result).result
+            new = []
+            for j, a in zip(js, sums):
+                y = vector.LoadOp(vtype, rhs, [*b, k, j]).result
+                new.append(arith.AddFOp(a, arith.MulFOp(x, y).result).result)
+                if slot is not None:
+                    vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
+            return new
+        sums = loop(zero, K, one, add_row, [vector.LoadOp(vtype, acc, [*outer, j]).result for j in js])
+        for j, a in zip(js, sums):
+            vector.StoreOp(a, acc, [*outer, j])
+
+    def vectors_in_registers(outer):
+        """N / width if the row of sums is a whole number of vectors and, when fused, every
+        slot row starts on an NT_ALIGN boundary; 0 if not."""
+        bad = arith.RemUIOp(N, cst(width)).result
+        if slot is not None:
+            row = arith.MulIOp(slot_strides[-2], cst(elt_bytes)).result
+            for misaligned in (slot_address(outer[:-1]), row):
+                bad = arith.OrIOp(bad, arith.RemUIOp(misaligned, cst(NT_ALIGN)).result).result
+        ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
+        return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
+
+    def rows_one_at_a_time(outer):
+        u = cst(unroll)
+        k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
+        loop(zero, k_main, u, lambda k: rows(outer, k, unroll))
+        loop(k_main, K, one, lambda k: rows(outer, k, 1))
+
+    def per_row(outer):
+        if not register_vectors:
+            return rows_one_at_a_time(outer)
+
+        def case(switch, i, n_vectors):
+            rows_in_registers(outer, n_vectors)
+            scf.YieldOp([])
+
+        def default(switch):
+            rows_one_at_a_time(outer)
+            scf.YieldOp([])
+        scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
+
+    nest(sizes[:-1], per_row)
+
+
