@@ -9,6 +9,7 @@ KinaErrors, and an error in a specialisation says where each value came from.
 """
 import re
 
+import numpy as np
 import pytest
 
 from kina import ast, check, syntax
@@ -280,3 +281,94 @@ def test_a_generic_device_program_is_refused_once_specialised():
     src = one_fn("[T]", "a: tensor<T, [2], @device>", "tensor<T, [2], @device>")
     e = located(src, {"T": "F16"})
     assert (at(e), e.message) == ((1, 34), "parameter 'a' is @device: only @host tensors can be compiled")
+
+
+# -- through the driver: kina.compile_file(dtypes=, dims=) and kinac --dtype/--dim ---------------
+
+GENERIC = """let attend = fn[T](q: tensor<T, [B, 1, Dh], @host>, k: tensor<T, [B, Dh, S], @host>)
+  -> (tensor<T, [B, 1, S], @host>) {
+  (softmax(q @ k, axis=2))
+}
+"""
+
+
+@pytest.fixture
+def generic_file(tmp_path):
+    path = tmp_path / "attend.kina"
+    path.write_text(GENERIC)
+    return path
+
+
+@pytest.mark.parametrize("dtype, np_dtype", [("F16", np.float16), ("F32", np.float32), ("F64", np.float64)])
+def test_compile_file_specialises_the_element_type(generic_file, dtype, np_dtype):
+    import kina
+    mod = kina.compile_file(generic_file, dtypes={"T": dtype})
+    r = np.random.default_rng(0)
+    q, k = r.standard_normal((2, 1, 8)).astype(np_dtype), r.standard_normal((2, 8, 5)).astype(np_dtype)
+    (got,) = mod.attend(q, k)
+    (want,) = kina.interpret(GENERIC, dtypes={"T": dtype}).attend(q, k)
+    assert got.dtype == np_dtype
+    np.testing.assert_allclose(got, want, rtol={"F16": 2e-3, "F32": 1e-5, "F64": 1e-12}[dtype])
+    with pytest.raises(TypeError, match=r"attend\(\): parameter 'q' expects dtype"):
+        mod.attend(q.astype(np.float32 if dtype != "F32" else np.float64), k)
+
+
+def test_compile_file_fixes_dims_into_a_static_specialisation(generic_file):
+    import kina
+    mod = kina.compile_file(generic_file, dtypes={"T": "F32"}, dims={"S": 4})
+    assert str(mod.attend.signature.params[1][1]) == "tensor<F32, [B, Dh, 4], @host>"
+    q, k = np.ones((1, 1, 3), np.float32), np.ones((1, 3, 4), np.float32)
+    np.testing.assert_allclose(mod.attend(q, k)[0], 0.25)
+    with pytest.raises(ValueError, match=r"parameter 'k' expects shape \[B, Dh, 4\], got \[1, 3, 5\]"):
+        mod.attend(q, np.ones((1, 3, 5), np.float32))
+
+
+def test_the_compile_cache_keys_on_dtypes_and_dims(generic_file):
+    from kina import pipeline
+    source = generic_file.read_bytes()
+    keys = {pipeline.cache_key(source, str(generic_file), pipeline.specialized(pipeline.Options(), dt, dm))
+            for dt, dm in [({"T": "F32"}, None), ({"T": "F16"}, None), ({"T": "F32"}, {"S": 4}),
+                           ({"T": "F32"}, {"S": 5})]}
+    assert len(keys) == 4
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"dtypes": {"X": "F32"}}, ValueError, r"dtypes: 'X' is not a type parameter of any function in .*attend\.kina"),
+    ({"dtypes": {"T": "F32"}, "dims": {"Q": 3}}, ValueError, r"dims: 'Q'"),
+    ({"dtypes": {"T": "F17"}}, ValueError, r"dtypes\['T'\] must be a dtype"),
+    ({"dtypes": ["T"]}, TypeError, r"dtypes: expected a mapping"),
+])
+def test_bad_specialisations_are_clear_errors(generic_file, kwargs, error, match):
+    import kina
+    with pytest.raises(error, match=match):
+        kina.compile_file(generic_file, **kwargs)
+
+
+def test_a_non_floating_dtype_where_matmul_needs_one_points_at_the_real_file(generic_file):
+    import kina
+    with pytest.raises(kina.KinaError) as e:
+        kina.compile_file(generic_file, dtypes={"T": "I32"})
+    text = e.value.render()
+    assert text.startswith(f"{generic_file}:3:12: error: matmul: needs a floating dtype"), text
+    assert "note: T is I32 (from dtypes)" in text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--dtype", "T=F16", "--dtype", "T=F32"], "kinac: error: --dtype T is given twice (F16 and F32)"),
+    (["--dtype", "T=F32", "--dim", "S=4", "--dim", "S=5"], "kinac: error: --dim S is given twice (4 and 5)"),
+    (["--dtype", "X=F16"], "kinac: error: dtypes: 'X' is not a type parameter"),
+    (["--dtype", "T=F32", "--dim", "S=four"], "kinac: error: --dim 'S=four': 'four' is not an integer"),
+    (["--dtype", "T"], "kinac: error: --dtype 'T': expected NAME=VALUE"),
+])
+def test_kinac_dtype_and_dim_errors(generic_file, capsys, flags, message):
+    from kina import cli
+    assert cli.main([str(generic_file), "--emit", "typed", *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message) and "Traceback" not in err, err
+
+
+def test_kinac_dtype_and_dim_specialise(generic_file, capsys):
+    from kina import cli
+    assert cli.main([str(generic_file), "--emit", "mlir", "--dtype", "T=F16", "--dim", "S=8"]) == 0
+    out = capsys.readouterr().out
+    assert "func.func @attend(%q: tensor<?x1x?xf16>, %k: tensor<?x?x8xf16>) -> tensor<?x1x8xf16>" in out

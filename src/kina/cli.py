@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import __version__
-from .diagnostics import InternalError, KinaError, ToolError
+from .diagnostics import InternalError, KinaError, ToolError, use_color
 
 
 def version_text() -> str:
@@ -54,6 +54,10 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", default="native",
                    help="target CPU: native (default, this machine's) or x86-64, x86-64-v2, -v3, -v4 (portable)")
     p.add_argument("--locs", action="store_true", help="print source locations in emitted MLIR")
+    p.add_argument("--dtype", action="append", default=[], metavar="T=DTYPE",
+                   help="give a type parameter its dtype (fn[T]): --dtype T=F16 (repeatable)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="fix a symbolic dim, for a static specialisation: --dim S=128 (repeatable)")
     p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=3,
                    help="0: none of the optimisation passes, LLVM at -O0; 1-3: every pass, LLVM at that level")
     p.add_argument("--version", action="version", version=version_text())
@@ -81,8 +85,14 @@ def compile_main(argv: list[str]) -> int:
         print(f"kinac: error: unknown --cpu {args.cpu!r}: use 'native' or one of {', '.join(CPU_LEVELS)} "
               "(a .so for another CPU could not be checked when it is loaded)", file=sys.stderr)
         return 1
-    options = pipeline.Options(opt_level=args.opt_level, cpu=args.cpu,
-                               print_ir_after_all=args.print_ir_after_all, locations=args.locs)
+    try:
+        dtypes = _assignments("--dtype", args.dtype, str)
+        dims = _assignments("--dim", args.dim, int)
+    except ValueError as e:
+        print(f"kinac: error: {e}", file=sys.stderr)
+        return 1
+    options = pipeline.Options(opt_level=args.opt_level, cpu=args.cpu, print_ir_after_all=args.print_ir_after_all,
+                               locations=args.locs, dtypes=tuple(dtypes.items()), dims=tuple(dims.items()))
     dump = Path(args.dump_dir) if args.dump_dir else None
     out = Path(args.output) if args.output else None
     if args.emit == "so":
@@ -110,6 +120,25 @@ def compile_main(argv: list[str]) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _assignments(flag: str, items: list[str], kind) -> dict:
+    """`NAME=VALUE` flags as a dict; a malformed one or a name given twice is a ValueError."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name.isidentifier() or not value:
+            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE, e.g. {flag} {'T=F16' if kind is str else 'S=128'}")
+        if name in out:
+            raise ValueError(f"{flag} {name} is given twice ({out[name]} and {value})")
+        if kind is int:
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"{flag} {item!r}: {value!r} is not an integer") from None
+        out[name] = value
+    return out
 
 
 def opt_main(argv: list[str]) -> int:
@@ -158,6 +187,7 @@ def run_main(argv: list[str], bench: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .pipeline import SpecializationError
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in ("run", "bench"):
@@ -166,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             return opt_main(argv[1:])
         return compile_main(argv)
     except KinaError as e:
-        from .diagnostics import use_color
         print(e.render(color=use_color(sys.stderr)), file=sys.stderr)
+        return 1
+    except SpecializationError as e:  # a bad --dtype/--dim name or value
+        print(f"kinac: error: {e}", file=sys.stderr)
         return 1
     except InternalError as e:
         print(f"kinac: {e}", file=sys.stderr)

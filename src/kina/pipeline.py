@@ -26,7 +26,8 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +42,8 @@ class Options:
     cpu: str = "native"  # "native" (this machine's CPU) or an x86-64 level: "x86-64", "x86-64-v2", -v3, -v4
     print_ir_after_all: bool = False
     locations: bool = False  # print loc(...) in emitted MLIR
+    dtypes: tuple[tuple[str, str], ...] = ()  # type parameters fixed at compile time: (("T", "F16"),)
+    dims: tuple[tuple[str, int], ...] = ()  # symbolic dims fixed at compile time: (("S", 128),)
 
     def cache_key(self) -> dict:
         d = asdict(self)
@@ -80,8 +83,16 @@ def _stage_ast(b: Build) -> None:
     b.program = syntax.parse(b.source, b.filename)
 
 
+class SpecializationError(ValueError):
+    """A bad `dtypes`/`dims` argument (an unknown name, a value of the wrong kind)."""
+
+
 def _stage_typed(b: Build) -> None:
-    b.program = _check.check(b.program)
+    try:
+        dtypes, dims = dict(b.options.dtypes), dict(b.options.dims)
+        b.program = _check.check(b.program, dtypes=dtypes, dims=dims)
+    except (TypeError, ValueError) as e:
+        raise SpecializationError(str(e)) from None
 
 
 def _stage_mlir(b: Build) -> None:
@@ -287,9 +298,24 @@ def build_so(source: str | bytes, filename: str = "<string>", options: Options =
     return so
 
 
-def compile_source(text: str | bytes, filename: str = "<string>", options: Options = Options()):
-    """Compile Kina source to a loaded module whose attributes are the Kina functions."""
+def specialized(options: Options, dtypes=None, dims=None) -> Options:
+    """`options` with `dtypes` ({"T": "F16"}) and `dims` ({"S": 128}) fixed as well."""
+    for what, given in (("dtypes", dtypes), ("dims", dims)):
+        if given is not None and not isinstance(given, Mapping):
+            raise TypeError(f"{what}: expected a mapping of names to values, got {type(given).__name__}")
+    return replace(options, dtypes=tuple(sorted({**dict(options.dtypes), **(dtypes or {})}.items())),
+                   dims=tuple(sorted({**dict(options.dims), **(dims or {})}.items())))
+
+
+def compile_source(text: str | bytes, filename: str = "<string>", options: Options = Options(), *,
+                   dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None):
+    """Compile Kina source to a loaded module whose attributes are the Kina functions.
+
+    `dtypes` gives a generic program's type parameters (`{"T": "F16"}`) and `dims`
+    fixes symbolic dims (`{"S": 128}`, a static specialisation); both are checked by
+    the checker, and the compile cache keys on them."""
     from .runtime import LoadError, load
+    options = specialized(options, dtypes, dims)
     so = build_so(text, filename, options)
     try:
         module = load(so)
@@ -304,6 +330,8 @@ def compile_source(text: str | bytes, filename: str = "<string>", options: Optio
     return module
 
 
-def compile_file(path: str | os.PathLike, options: Options = Options()):
+def compile_file(path: str | os.PathLike, options: Options = Options(), *,
+                 dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None):
+    """`compile_source` of the file at `path` (diagnostics name that file)."""
     path = Path(path)
-    return compile_source(path.read_bytes(), str(path), options)
+    return compile_source(path.read_bytes(), str(path), options, dtypes=dtypes, dims=dims)
