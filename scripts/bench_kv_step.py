@@ -15,7 +15,7 @@ The full run takes about a minute and needs about 3 GiB of memory; `--quick` abo
 What runs, in one process, interleaved (each repeat visits every variant, in a rotating order):
   kina functional    examples/storylm0_kv_step_dyn.kina (symbolic dims, one .so for every S),
                      compiled by kina.compile_file (with KINA_NO_CACHE=1, so the current compiler
-                     is what gets measured) and called through Function._call with
+                     is what gets measured) and called through Function.call_unchecked with
                      preallocated results: the kernel, with the same buffers NumPy gets.
   kina fn() API      the same .so through the public call `mod.kv_step(...)`: argument checks
                      and fresh result arrays (page faults included) on every call. Information only.
@@ -274,7 +274,7 @@ def build_variants(z: Size, args, fpool: Pool, rng, mod, torch, set_blas_threads
     # kina functional: checked once per set here, then the raw call in the timed loop
     for d in fpool.sets:
         d["bound"], _ = bind(fn.signature, d["args"])
-    variants.append(Variant("kina functional", fpool, lambda d: fn._call(d["bound"], d["outs"])))
+    variants.append(Variant("kina functional", fpool, lambda d: fn.call_unchecked(d["bound"], d["outs"])))
     variants.append(Variant("kina fn() API", fpool, lambda d: fn(*d["args"])))
 
     scores = np.zeros((B, H, 1, S + 1), np.float32)

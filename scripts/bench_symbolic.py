@@ -7,7 +7,7 @@
 For each size it compiles the static program (examples/storylm0_kv_step_dyn.kina with
 B, H, Dh and S written as integers: the same body, the same pass pipeline) and uses
 the one symbolic .so of the example for every size. Both are called through
-`Function._call` with inputs bound once and results preallocated (the kernel),
+`Function.call_unchecked` with inputs bound once and results preallocated (the kernel),
 and through the public call `mod.kv_step(...)` (argument checks and fresh result
 arrays; information only). Static and symbolic are timed interleaved in one run:
 every round times a batch of each, in alternating order, and the table shows the
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         for name, fn in (("static", static), ("symbolic", dyn)):
             arrays, env = bind(fn.signature, xs)
             outs = [np.empty(s, np.float32) for s in result_shapes(fn.signature, env)]
-            kernels[name] = (lambda fn=fn, arrays=arrays, outs=outs: fn._call(arrays, outs))
+            kernels[name] = (lambda fn=fn, arrays=arrays, outs=outs: fn.call_unchecked(arrays, outs))
         full = {"static": lambda: static(*xs), "symbolic": lambda: dyn(*xs)}
         one = batch_time(kernels["static"], 3)
         n = max(1, int(args.batch_ms / 1000 / max(one, 1e-7)))

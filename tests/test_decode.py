@@ -228,9 +228,9 @@ class _Spy:
                 record(args)
                 return fn(*args)
 
-            def _call(self, arrays, outs):
+            def call_unchecked(self, arrays, outs):
                 record(arrays)
-                return fn._call(arrays, outs)
+                return fn.call_unchecked(arrays, outs)
         return Recorded()
 
 

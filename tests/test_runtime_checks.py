@@ -65,9 +65,14 @@ BAD_CALLS = [
     ((A, B), TypeError, r"^f\(\) takes 3 arguments \(a, b, c\), got 2$"),
     ((A, B, C, C), TypeError, r"^f\(\) takes 3 arguments \(a, b, c\), got 4$"),
     ((), TypeError, r"^f\(\) takes 3 arguments"),
-    ((A.tolist(), B, C), TypeError, r"^f\(\): parameter 'a' expects a numpy.ndarray of float32 with shape \[2, 3\], got list$"),
-    ((A, 1.5, C), TypeError, r"parameter 'b' expects a numpy.ndarray .* got float$"),
-    ((A, B, None), TypeError, r"parameter 'c' expects a numpy.ndarray .* got NoneType$"),
+    ((A, B, None), TypeError, r"^f\(\): parameter 'c' expects an array of float32 with shape \[2, S\] \(NumPy, "
+                              r"DLPack, the array interface or a nested list\), got NoneType$"),
+    ((A, B, "ab"), TypeError, r"parameter 'c' expects an array of float32 .* got str$"),
+    ((A, 1.5, C), ValueError, r"^f\(\): parameter 'b' expects rank 2 \[3, S\], got rank 0 with shape \[\]$"),
+    ((A.tolist()[:1], B, C), ValueError, r"parameter 'a' expects shape \[2, 3\], got \[1, 3\] \(dim 0 is 1"),
+    (([[1, 2, 3], [4, 5]], B, C), ValueError, r"^f\(\): parameter 'a' got a list that is not a regular nest of numbers"),
+    ((A, B, [["x"] * 4] * 2), TypeError, r"^f\(\): parameter 'c' expects numbers for float32 \(F32\), got a list "
+                                          r"that NumPy reads as <U1$"),
     ((A.astype(np.float64), B, C), TypeError, r"^f\(\): parameter 'a' expects dtype float32 \(F32\), got float64$"),
     ((A, B.astype(np.int32), C), TypeError, r"parameter 'b' expects dtype float32 \(F32\), got int32$"),
     ((A[0], B, C), ValueError, r"^f\(\): parameter 'a' expects rank 2 \[2, 3\], got rank 1 with shape \[3\]$"),

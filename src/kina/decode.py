@@ -241,7 +241,8 @@ class KVCache:
         # this cache), so the kernel is called without the runtime's per-call checks.
         n = self._n
         out = runtime.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
-        self._kernels.attend._call([runtime.as_passable(q), self._k[..., :n], self._v[:, :, :n, :], scale], [out])
+        args = [runtime.as_passable(q), self._k[..., :n], self._v[:, :, :n, :], scale]
+        self._kernels.attend.call_unchecked(args, [out])
         return out
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:

@@ -1,17 +1,22 @@
-"""Load a kinac-built .so through its sidecar and call it with NumPy arrays.
+"""Load a kinac-built .so through its sidecar and call it with arrays.
 
 In:  a .so built by kinac and its sidecar `<name>.json` (function signatures).
 Out: a `Module` whose attributes are callable `Function`s: arrays in, a tuple of
-     new arrays out.
+     new NumPy arrays out.
 
 Guarantees: before every call the arguments are checked against the signature
 (count, type, dtype, rank, shape, and that every symbolic dim binds to one
 value); a mismatch is a TypeError or ValueError naming the parameter, never a
-crash. Inputs are never modified. Views are passed as they are (the compiled
-code takes any outer strides); only an array whose innermost stride is not one
-element, or that is misaligned, is copied first. Results, whatever their size,
-are allocated here with NumPy, starting on a 64-byte boundary (`empty`), and
-filled by the callee (out-params), so NumPy owns and frees them.
+crash. An argument may be a NumPy array, anything that speaks DLPack
+(`__dlpack__`: CPU torch tensors, JAX arrays) or the array interface
+(`__array__`, `__array_interface__`), or a nested list (see `as_ndarray`).
+Arrays are never converted to another dtype, and are read in place: DLPack and
+array-interface objects become NumPy views of the caller's memory. Inputs are
+never modified. Views are passed as they are (the compiled code takes any outer
+strides); only an array whose innermost stride is not one element, or that is
+misaligned, is copied first. Results, whatever their size, are allocated here
+with NumPy, starting on a 64-byte boundary (`empty`), and filled by the callee
+(out-params), so NumPy owns and frees them. BF16 is `ml_dtypes.bfloat16`.
 This module imports neither `mlir` nor `lark`.
 
 Calling convention (what `kinac` emits): `_mlir_ciface_kina_<fn>(in_0*, ..., out_0*, ...)`
@@ -28,6 +33,7 @@ import json
 import os
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from .toolchain import cpu_flags
@@ -94,9 +100,101 @@ def _descriptor_words(arrays) -> array.array:
     return array.array("q", words)
 
 
-def numpy_dtype(dtype: str) -> np.dtype | None:
-    name = DTYPES[dtype][1]
-    return np.dtype(name) if name else None
+# Kina dtype -> NumPy dtype; importing ml_dtypes is what makes NumPy know bfloat16
+_NUMPY_DTYPES = {name: np.dtype(ml_dtypes.bfloat16 if np_name == "bfloat16" else np_name)
+                 for name, (_, np_name, _) in DTYPES.items()}
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The NumPy dtype of a Kina dtype name (BF16 is `ml_dtypes.bfloat16`)."""
+    return _NUMPY_DTYPES[dtype]
+
+
+# DLPack device types (dlpack.h) whose memory the host reads directly, as NumPy's from_dlpack does
+_HOST_DEVICES = {1, 3, 11, 13}  # kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged
+_DEVICE_NAMES = {2: "cuda", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm", 12: "ext_dev",
+                 14: "oneapi", 15: "webgpu", 16: "hexagon", 17: "maia"}
+
+
+def as_ndarray(a, t: TensorType, where: str) -> np.ndarray:
+    """`a`, which is not an ndarray, as one for a parameter of type `t`; errors start with `where`.
+
+    - DLPack (`__dlpack__`) and array-interface (`__array__`, `__array_interface__`,
+      `__array_struct__`) objects become NumPy views of their own memory, with their
+      own dtype: nothing is copied or converted here (the caller checks the dtype).
+      A DLPack object on a device the host cannot read, or a tensor that requires
+      grad, is a ValueError. A torch bfloat16 tensor, which NumPy's DLPack import
+      does not know, is viewed as `ml_dtypes.bfloat16`, still without a copy.
+    - Nested lists (and tuples, and bare Python numbers), which have no dtype of
+      their own, are read by NumPy and converted to `t`'s dtype: to a floating dtype
+      each number rounds to the nearest value, as `np.asarray(x, dtype)`,
+      `torch.tensor` and `jnp.array` do, but a finite number too large for it is a
+      ValueError; to an integer dtype only exact values pass (2.0 does, 2.5 or an
+      out-of-range int is a ValueError). A ragged list is a ValueError.
+    - Anything else is a TypeError.
+    """
+    if hasattr(a, "__dlpack__"):
+        return _from_dlpack(a, t, where)
+    if any(hasattr(a, p) for p in ("__array_interface__", "__array_struct__", "__array__")):
+        try:
+            return np.asarray(a)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise TypeError(f"{where} got a {type(a).__name__} that NumPy cannot read as an array ({e})") from None
+    if isinstance(a, (list, tuple, int, float)):
+        return _from_numbers(a, t, where)
+    raise TypeError(f"{where} expects an array of {numpy_dtype(t.dtype)} with shape {t.shape_str()} (NumPy, DLPack, "
+                    f"the array interface or a nested list), got {type(a).__name__}")
+
+
+def _from_dlpack(a, t: TensorType, where: str) -> np.ndarray:
+    if hasattr(a, "__dlpack_device__"):
+        try:
+            kind, index = a.__dlpack_device__()
+            kind = int(kind)
+            device = None if kind in _HOST_DEVICES else f"device {_DEVICE_NAMES.get(kind, kind)}:{index}"
+        except (TypeError, ValueError, RuntimeError) as e:  # torch's meta device, for one
+            device = f"a device that DLPack cannot describe ({e})"
+        if device is not None:
+            raise ValueError(f"{where} is on {device}, but Kina runs on the host: "
+                             f"copy it to the CPU first (for a torch tensor, .cpu())")
+    if getattr(a, "requires_grad", False) is True:
+        raise ValueError(f"{where} is a tensor that requires grad; Kina does not track gradients: "
+                         f"pass .detach() (a view of the same memory)")
+    if str(getattr(a, "dtype", "")) == "torch.bfloat16":  # the same bits as int16, viewed as bfloat16
+        import torch
+        return np.from_dlpack(a.view(torch.int16)).view(ml_dtypes.bfloat16)
+    try:
+        return np.from_dlpack(a)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        if hasattr(a, "__array__"):  # e.g. a JAX bfloat16 array: NumPy reads it as ml_dtypes.bfloat16
+            try:
+                return np.asarray(a)
+            except (TypeError, ValueError, RuntimeError):
+                pass
+        raise TypeError(f"{where} expects dtype {numpy_dtype(t.dtype)} ({t.dtype}), got a {type(a).__name__} "
+                        f"of dtype {getattr(a, 'dtype', '?')}, which NumPy cannot import ({e})") from None
+
+
+def _from_numbers(a, t: TensorType, where: str) -> np.ndarray:
+    want, what = numpy_dtype(t.dtype), type(a).__name__
+    try:
+        values = np.asarray(a)
+    except ValueError as e:  # ragged nesting
+        raise ValueError(f"{where} got a {what} that is not a regular nest of numbers ({e})") from None
+    if values.dtype.kind not in "biuf":
+        raise TypeError(f"{where} expects numbers for {want} ({t.dtype}), got a {what} that NumPy reads as "
+                        f"{values.dtype}")
+    with np.errstate(all="ignore"):
+        out = values.astype(want)
+        if t.is_float:  # (bfloat16's NumPy kind is "V", not "f")
+            lost = np.isinf(out) & np.isfinite(values)  # rounding is expected; overflow is not
+        else:
+            lost = out.astype(values.dtype) != values  # truncated, wrapped or NaN
+    if lost.any():
+        bad = values[lost].flat[0].item()
+        raise ValueError(f"{where} expects {want} ({t.dtype}), got a {what} holding {bad!r}, "
+                         f"which {want} cannot represent" + ("" if t.is_float else " exactly"))
+    return out
 
 
 def _memory_bytes() -> int:
@@ -135,12 +233,9 @@ class CheckPlan:
         return n
 
 
-def check_plan(sig: Signature) -> CheckPlan:
-    return CheckPlan(sig)
-
-
 def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[list[np.ndarray], dict[str, int]]:
-    """Check `args` against `sig`; return them passable (see `passable`), with the value of every dim name."""
+    """Check `args` against `sig`; return them as passable NumPy arrays (see `as_ndarray` and
+    `passable`), with the value of every dim name."""
     plan = plan or CheckPlan(sig)
     name, params = sig.name, plan.params
     if len(args) != len(params):
@@ -148,11 +243,8 @@ def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[li
         raise TypeError(f"{name}() takes {len(params)} arguments ({names}), got {len(args)}")
     arrays, env, where = [], {}, {}
     for (pname, t, want, static, symbols, _), a in zip(params, args):
-        if want is None:
-            raise TypeError(f"{name}(): parameter '{pname}' is {t.dtype}, which NumPy cannot represent")
         if not isinstance(a, np.ndarray):
-            raise TypeError(f"{name}(): parameter '{pname}' expects a numpy.ndarray of {want} with shape "
-                            f"{t.shape_str()}, got {type(a).__name__}")
+            a = as_ndarray(a, t, f"{name}(): parameter '{pname}'")
         if a.dtype != want:
             raise TypeError(f"{name}(): parameter '{pname}' expects dtype {want} ({t.dtype}), got {a.dtype}")
         shape = a.shape
@@ -189,7 +281,7 @@ def result_shapes(sig: Signature, env: dict[str, int]) -> list[tuple[int, ...]]:
 
 
 class Function:
-    """One compiled Kina function; call it with NumPy arrays."""
+    """One compiled Kina function; call it with arrays (see `bind`), get NumPy arrays back."""
 
     def __init__(self, module: "Module", sig: Signature, cfunc):
         self._module, self.signature, self._cfunc = module, sig, cfunc
@@ -209,7 +301,7 @@ class Function:
         """Check the arguments, allocate the results, run; returns the results."""
         arrays, env = self._bind(args)
         outs = [empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env), self._result_dtypes)]
-        self._call(arrays, outs)
+        self.call_unchecked(arrays, outs)
         return tuple(outs)
 
     def call_into(self, args, outs) -> None:
@@ -226,20 +318,30 @@ class Function:
                 raise ValueError(f"{name}(): out {i} must be a {dtype} array of shape {list(shape)}, got {got}")
             if not (o.flags.writeable and passable(o)):
                 raise ValueError(f"{name}(): out {i} must be writable, with unit innermost stride")
-            for other in [*args, *outs[:i]]:
-                if isinstance(other, np.ndarray) and np.shares_memory(o, other):
+            # the caller's own arrays (not the copies bind may have made), or bind's views of
+            # their memory for DLPack and array-interface arguments
+            for other in [*(a if isinstance(a, np.ndarray) else b for a, b in zip(args, arrays)), *outs[:i]]:
+                if np.shares_memory(o, other):
                     raise ValueError(f"{name}(): out {i} overlaps another argument or out")
-        self._call(arrays, list(outs))
+        self.call_unchecked(arrays, list(outs))
 
     def _bind(self, args):
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
         return bind(self.signature, args, self._plan)
 
-    def _call(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        """The raw call, unchecked: `arrays` from `bind`, `outs` exactly as `call_into` requires.
-        Benchmarks use it to time the kernel alone, and KVCache, which checks its own
-        arguments; anything else should call or `call_into`."""
+    def call_unchecked(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        """Run the kernel on `arrays` (NumPy arrays as `bind` returns them), writing `outs`
+        (NumPy arrays as `call_into` requires them); nothing is returned.
+
+        It checks only that the module is open. It does NOT check the argument count,
+        types, dtypes, ranks, shapes or symbolic dims, that intermediates fit in memory,
+        that each array is passable (aligned, unit innermost stride: see `passable`),
+        nor that the outs are writable, of the result shapes and free of overlap. A wrong
+        argument is undefined behaviour: wrong numbers, or a crash. It exists for callers
+        that have checked everything themselves and call often: `kina.decode.KVCache`
+        (which builds its own arguments), and benchmarks that `bind` once and then time
+        the kernel alone. Everyone else calls the function or uses `call_into`."""
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
         words = _descriptor_words((*arrays, *outs))

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 
 # dtype name -> (MLIR element type, NumPy dtype name, is floating)
-DTYPES: dict[str, tuple[str, str | None, bool]] = {
+DTYPES: dict[str, tuple[str, str, bool]] = {
     "F16": ("f16", "float16", True),
-    "BF16": ("bf16", None, True),  # NumPy has no bfloat16: parses and checks, cannot run
+    "BF16": ("bf16", "bfloat16", True),  # ml_dtypes.bfloat16 (the runtime imports ml_dtypes, which registers it)
     "F32": ("f32", "float32", True),
     "F64": ("f64", "float64", True),
     "I32": ("i32", "int32", False),
