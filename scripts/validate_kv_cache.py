@@ -7,19 +7,28 @@ With no argument it compiles examples/storylm0_kv_step.kina first. The .so is
 loaded through ctypes (kina.load) and fed patterned finite F32 tensors: ramps,
 sines, alternating signs, and seeded random ones. k_next and v_next must match
 NumPy bit for bit; context must be within 1e-6 relative (max error over max |ref|).
-Exits non-zero on any mismatch.
+
+Then the same step in BF16 (the example compiled with F32 replaced by BF16), on the
+same patterns rounded to `ml_dtypes.bfloat16`: k_next and v_next must again be exact,
+and context within 2^-5 relative of the F32 reference computed from the same
+bf16-valued inputs (eight units of bf16 roundoff; see README, Python API), and of
+PyTorch's own bfloat16 step. Exits non-zero on any mismatch.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 import kina
+from kina.runtime import LoadError
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT_RTOL = 1e-6
+BF16_RTOL = 2 ** -5  # 8 units of bf16 roundoff (2^-8): the step rounds 4 times, logits amplify the error
 
 
 def reference_numpy(q, k_past, k_new, v_past, v_new, scale):
@@ -31,10 +40,25 @@ def reference_numpy(q, k_past, k_new, v_past, v_new, scale):
 
 
 def reference_torch(torch, q, k_past, k_new, v_past, v_new, scale):
-    t = [torch.from_numpy(x) for x in (q, k_past, k_new, v_past, v_new, scale)]
+    t = [_to_torch(torch, x) for x in (q, k_past, k_new, v_past, v_new, scale)]
     k_next, v_next = torch.cat([t[1], t[2]], dim=3), torch.cat([t[3], t[4]], dim=2)
     probs = torch.softmax(torch.matmul(t[0], k_next) * t[5], dim=3)
-    return k_next.numpy(), v_next.numpy(), torch.matmul(probs, v_next).numpy()
+    return tuple(_to_numpy(torch, x) for x in (k_next, v_next, torch.matmul(probs, v_next)))
+
+
+def _to_torch(torch, x):  # torch.from_numpy knows no ml_dtypes.bfloat16: share the bits as int16
+    return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) if x.dtype == ml_dtypes.bfloat16 \
+        else torch.from_numpy(x)
+
+
+def _to_numpy(torch, t):
+    return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def relative_error(got, want) -> float:
+    """max |got - want| / max |want|, in float64."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), np.finfo(np.float32).tiny))
 
 
 def patterns(shapes, seed=0):
@@ -60,16 +84,42 @@ def patterns(shapes, seed=0):
             [np.full(shapes[-1], rng.uniform(0.1, 2.0), np.float32)]
 
 
+def check(step, dtype, rtol: float, torch) -> int:
+    """Print one row per input set; return the number of mismatching sets."""
+    shapes = [tuple(d.const for d in t.dims) for _, t in step.signature.params]
+    failures = 0
+    print(f"{'inputs':<22}{'k_next':>10}{'v_next':>10}{'context rel.err':>18}{'torch rel.err':>16}  verdict")
+    for name, args in patterns(shapes):
+        args = [a.astype(dtype) for a in args]
+        k_next, v_next, context = step(*args)
+        rk, rv, rc = reference_numpy(*[a.astype(np.float32) for a in args])  # F32, from the same values
+        k_ok, v_ok = np.array_equal(k_next, rk.astype(dtype)), np.array_equal(v_next, rv.astype(dtype))
+        rel = relative_error(context, rc)
+        ok = k_ok and v_ok and rel <= rtol and np.all(np.isfinite(context.astype(np.float32)))
+        torch_rel = "-"
+        if torch is not None:
+            tk, tv, tc = reference_torch(torch, *args)
+            trel = relative_error(context, tc)
+            ok = ok and np.array_equal(k_next, tk) and np.array_equal(v_next, tv) and trel <= rtol
+            torch_rel = f"{trel:.2e}"
+        failures += not ok
+        print(f"{name:<22}{'exact' if k_ok else 'DIFFER':>10}{'exact' if v_ok else 'DIFFER':>10}"
+              f"{rel:>18.2e}{torch_rel:>16}  {'ok' if ok else 'MISMATCH'}")
+    print(f"{'all results match' if not failures else f'{failures} input set(s) MISMATCH'} "
+          f"(k/v bit-exact, context within {rtol:g} relative)\n")
+    return failures
+
+
 def main(argv: list[str]) -> int:
+    source = ROOT / "examples" / "storylm0_kv_step.kina"
     if argv:
         so = Path(argv[0])
         print(f"loading {so} through ctypes")
         module = kina.load(so)
     else:
-        print("compiling examples/storylm0_kv_step.kina")
-        module = kina.compile_file(ROOT / "examples" / "storylm0_kv_step.kina")
+        print(f"compiling {source.relative_to(ROOT)}")
+        module = kina.compile_file(source)
     step = module.kv_step
-    shapes = [tuple(d.const for d in t.dims) for _, t in step.signature.params]
     try:
         import torch
         torch_note = f"PyTorch {torch.__version__}"
@@ -77,25 +127,14 @@ def main(argv: list[str]) -> int:
         torch = None
         torch_note = "PyTorch is not installed: comparing against NumPy only (pip install -e '.[bench]' adds it)"
     print(f"kv_step{tuple(n for n, _ in step.signature.params)}; {torch_note}\n")
-    failures = 0
-    print(f"{'inputs':<22}{'k_next':>10}{'v_next':>10}{'context rel.err':>18}{'torch rel.err':>16}  verdict")
-    for name, args in patterns(shapes):
-        k_next, v_next, context = step(*args)
-        rk, rv, rc = reference_numpy(*args)
-        k_ok, v_ok = np.array_equal(k_next, rk), np.array_equal(v_next, rv)
-        rel = float(np.max(np.abs(context - rc)) / max(np.max(np.abs(rc)), np.finfo(np.float32).tiny))
-        ok = k_ok and v_ok and rel <= CONTEXT_RTOL and np.all(np.isfinite(context))
-        torch_rel = "-"
-        if torch is not None:
-            tk, tv, tc = reference_torch(torch, *args)
-            trel = float(np.max(np.abs(context - tc)) / max(np.max(np.abs(tc)), np.finfo(np.float32).tiny))
-            ok = ok and np.array_equal(k_next, tk) and np.array_equal(v_next, tv) and trel <= CONTEXT_RTOL
-            torch_rel = f"{trel:.2e}"
-        failures += not ok
-        print(f"{name:<22}{'exact' if k_ok else 'DIFFER':>10}{'exact' if v_ok else 'DIFFER':>10}"
-              f"{rel:>18.2e}{torch_rel:>16}  {'ok' if ok else 'MISMATCH'}")
-    print(f"\n{'all results match' if not failures else f'{failures} input set(s) MISMATCH'} "
-          f"(k/v bit-exact, context within {CONTEXT_RTOL:g} relative)")
+    failures = check(step, np.float32, CONTEXT_RTOL, torch)
+    print(f"BF16: compiling {source.relative_to(ROOT)} with F32 replaced by BF16; inputs rounded to bfloat16")
+    try:
+        bf16 = kina.compile_source(re.sub(r"\bF32\b", "BF16", source.read_text()), "storylm0_kv_step.BF16.kina")
+    except LoadError as e:
+        print(f"BF16: MISMATCH: the compiled step cannot be loaded: {e}")
+        return 1
+    failures += check(bf16.kv_step, ml_dtypes.bfloat16, BF16_RTOL, torch)
     return 1 if failures else 0
 
 

@@ -11,9 +11,9 @@ Out: `KVCache`, one attention layer's keys and values in buffers of T_max
 Guarantees:
   - Attention runs compiled Kina (kernels/attention.kina, and the prefill in
     kernels/prefill.kina, which examples/storylm0_prefill.kina links to), compiled
-    once per dtype. It is given only the filled prefix, so its cost is linear in
-    n_filled, never in T_max, and the unused slots (zeros, stale data, NaN) never
-    change a result.
+    once per dtype (F16, BF16 as `ml_dtypes.bfloat16`, F32, F64). It is given only
+    the filled prefix, so its cost is linear in n_filled, never in T_max, and the
+    unused slots (zeros, stale data, NaN) never change a result.
   - `KVCache.attend` computes exactly what the functional Section 19 step
     (examples/storylm0_kv_step_dyn.kina) computes, bit for bit.
   - A failed call changes nothing: `append` raises `CacheFullError` before
@@ -37,7 +37,7 @@ import numpy as np
 from . import runtime
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
-_KINA_DTYPES = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}
+_KINA_DTYPES = {runtime.numpy_dtype(d): d for d in ("F16", "BF16", "F32", "F64")}  # BF16: ml_dtypes.bfloat16
 
 
 class CacheFullError(ValueError):
@@ -64,7 +64,7 @@ def _kina_dtype(dtype) -> np.dtype:
     except TypeError:
         raise TypeError(f"dtype: expected a NumPy floating dtype, got {dtype!r}") from None
     if dt not in _KINA_DTYPES:
-        raise TypeError(f"dtype: expected float16, float32 or float64, got {dt}")
+        raise TypeError(f"dtype: expected float16, bfloat16 (ml_dtypes), float32 or float64, got {dt}")
     return dt
 
 
@@ -345,6 +345,9 @@ class TinyDecoder:
         self.max_seq_len = _count("max_seq_len", max_seq_len, 1)
         self.seed = _count("seed", seed, 0)
         self.dtype = _kina_dtype(dtype)
+        if self.dtype == runtime.numpy_dtype("BF16"):  # ml_dtypes' bfloat16 matmul returns float32
+            raise TypeError("dtype: TinyDecoder's host layers are NumPy matmuls, which have no bfloat16 result: "
+                            "use float16, float32 or float64 (a KVCache may be bfloat16)")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model: {d_model} is not a multiple of n_heads = {n_heads}")
         if self.d_model % 2:

@@ -1,12 +1,14 @@
 """A NumPy reference interpreter for checked Kina programs: the tests' oracle.
 
-In:  Kina source (or a checked `ast.Program`), a function name and NumPy arrays.
+In:  Kina source (or a checked `ast.Program`), a function name and arrays (whatever
+     the compiled runtime accepts: see `runtime.bind`).
 Out: a tuple of NumPy arrays, computed op by op with NumPy.
 
 Guarantees: it runs the same argument checks as the compiled runtime (so the
 two fail alike on bad calls), and it defines each operation the way the
 language reference does: concat is `np.concatenate`, `@` is `np.matmul`, `*`
-and `+` broadcast, softmax subtracts the max first. It needs no MLIR.
+and `+` broadcast, softmax subtracts the max first; F16 and BF16 matmuls and
+softmaxes run in F32 and round once, in the compiled code's order. It needs no MLIR.
 """
 from __future__ import annotations
 
@@ -18,9 +20,27 @@ from .runtime import bind, numpy_dtype, result_shapes
 from .syntax import parse
 
 
+# The dtypes whose sums (matmul, softmax) run in F32 and are rounded once, as in the
+# compiled code (lower.WIDE); `*` and `+` round per operation, as NumPy and ml_dtypes do.
+WIDE = (numpy_dtype("F16"), numpy_dtype("BF16"))
+
+
+def matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """`x @ y`. For F16 and BF16, the sum over k runs in F32, k ascending, rounded to the
+    dtype once: the compiled code's order (and NumPy's own F16 matmul's), so the two agree
+    bit for bit. (ml_dtypes' bfloat16 matmul returns float32, summed in BLAS's order.)"""
+    if x.dtype not in WIDE:
+        return np.matmul(x, y)
+    a, b = x.astype(np.float32), y.astype(np.float32)
+    acc = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), np.float32)
+    for k in range(a.shape[-1]):  # multiply, then add: the compiled code's operations, in its order
+        acc += a[..., :, k, None] * b[..., None, k, :]
+    return acc.astype(x.dtype)
+
+
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    if x.dtype == np.float16:  # computed in F32 and rounded once, as the compiled code does
-        return _softmax(x.astype(np.float32), axis).astype(np.float16)
+    if x.dtype in WIDE:  # computed in F32 and rounded once, as the compiled code does
+        return _softmax(x.astype(np.float32), axis).astype(x.dtype)
     return _softmax(x, axis)
 
 
@@ -37,7 +57,7 @@ def _eval(e: ast.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
     if isinstance(e, ast.Concat):
         return np.concatenate([_eval(e.lhs, env), _eval(e.rhs, env)], axis=e.axis)
     if isinstance(e, ast.MatMul):
-        return np.matmul(_eval(e.lhs, env), _eval(e.rhs, env))
+        return matmul(_eval(e.lhs, env), _eval(e.rhs, env))
     if isinstance(e, ast.Mul):
         return np.multiply(_eval(e.lhs, env), _eval(e.rhs, env))
     if isinstance(e, ast.Add):
