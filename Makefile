@@ -1,4 +1,6 @@
-# `make demo` and `make test` work on a fresh clone: both create .venv first.
+# `make demo` and `make test` work on a fresh clone: both create .venv first, with the
+# [dev] and [bench] extras (PyTorch, onnxruntime, matplotlib), so the tests that compare
+# with PyTorch run rather than skip.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -9,7 +11,7 @@ STAMP   := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -26,7 +28,6 @@ fuzz: $(STAMP)
 
 # Benchmarks want NumPy's own BLAS kernel: unset the OpenBLAS overrides for this command only.
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/python scripts/bench_kv_step.py
 
 generate: $(STAMP)
