@@ -10,7 +10,6 @@ the diff before committing.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import numpy as np
@@ -21,15 +20,7 @@ import kina
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 DYN_TEXT = (EXAMPLES / "storylm0_kv_step_dyn.kina").read_text()
-
-
-def specialize(text: str, **env: int) -> str:
-    """The same program with every symbolic dim in its types replaced by its value."""
-    from kina.types import Dim
-
-    def dims(m):
-        return m.group(1) + "[" + ", ".join(str(Dim.parse(d).evaluate(env)) for d in m.group(2).split(",")) + "]"
-    return re.sub(r"(tensor<\w+, )\[([^\]]*)\]", dims, text)
+GENERIC_STEP = ROOT / "src" / "kina" / "kernels" / "kv_step.kina"  # the same step, generic in T
 
 
 def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):
@@ -66,10 +57,11 @@ def assert_same(got: np.ndarray, want: np.ndarray, rtol: float = 0.0, atol: floa
 
 
 def check_against_numpy(source: str, fn: str, *inputs: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6,
-                        exact: tuple[int, ...] = ()):
-    """Compile and interpret `source`; compare `fn`'s results. Results listed in `exact` must match bit for bit."""
-    compiled = getattr(kina.compile_source(source, "<test>"), fn)(*inputs)
-    reference = getattr(kina.interpret(source, "<test>"), fn)(*inputs)
+                        exact: tuple[int, ...] = (), dtypes=None, dims=None):
+    """Compile and interpret `source` (specialised with `dtypes` and `dims`); compare `fn`'s
+    results. Results listed in `exact` must match bit for bit."""
+    compiled = getattr(kina.compile_source(source, "<test>", dtypes=dtypes, dims=dims), fn)(*inputs)
+    reference = getattr(kina.interpret(source, "<test>", dtypes=dtypes, dims=dims), fn)(*inputs)
     assert len(compiled) == len(reference)
     for i, (got, want) in enumerate(zip(compiled, reference)):
         if i in exact:

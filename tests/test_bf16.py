@@ -7,39 +7,20 @@ BF16_RTOL = 2^-5 of max |ref| (README, Python API: eight units of bf16 roundoff)
 """
 from __future__ import annotations
 
-import contextlib
-import re
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import kina
-from conftest import EXAMPLES, assert_same, kv_inputs
+from conftest import GENERIC_STEP, assert_same, kv_inputs
 from kina import runtime
 from kina.decode import KVCache, TinyDecoder, prefill
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 BF16_RTOL = 2 ** -5
-STEP, STEP_DYN = EXAMPLES / "storylm0_kv_step.kina", EXAMPLES / "storylm0_kv_step_dyn.kina"
-
-
-def bf16_text(path) -> str:
-    return re.sub(r"\bF32\b", "BF16", path.read_text())
-
-
-@contextlib.contextmanager
-def bf16_build():
-    """Marks the test xfail, and only then, when the .so cannot load for want of __truncsfbf2:
-    libgcc before GCC 13 lacks it, so bf16 rounding must be expanded before LLVM
-    (arith-emulate-unsupported-floats, arith-expand{include-bf16=true} in the to-llvm pipeline)."""
-    try:
-        yield
-    except runtime.LoadError as e:
-        if "__truncsfbf2" in str(e):
-            pytest.xfail("the BF16 .so needs __truncsfbf2, which this libgcc lacks: the to-llvm pipeline "
-                         "does not expand bf16 arithmetic yet")
-        raise
+BF16_T = {"T": "BF16"}  # the generic step (src/kina/kernels/kv_step.kina) in BF16
+STATIC = dict(B=1, H=2, Dh=2, S=3)  # ... with the static example's dims
 
 
 def rel_err(got, want) -> float:
@@ -62,7 +43,7 @@ def bf16_inputs(B, H, Dh, S, seed=0):
 
 @pytest.fixture(scope="module")
 def ref_step():
-    return kina.interpret(bf16_text(STEP)).kv_step
+    return kina.interpret(GENERIC_STEP.read_text(), dtypes=BF16_T, dims=STATIC).kv_step
 
 
 # -- the interpreter ---------------------------------------------------------------------
@@ -101,7 +82,7 @@ def test_torch_bfloat16_tensors_are_read_in_place(ref_step):
     torch = pytest.importorskip("torch")
     xs = bf16_inputs(1, 2, 2, 3, seed=5)
     ts = [torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).clone() for x in xs]  # torch's own memory
-    arrays, _ = runtime.bind(kina.interpret(bf16_text(STEP)).functions["kv_step"].sig, ts)
+    arrays, _ = runtime.bind(kina.interpret(GENERIC_STEP.read_text(), dtypes=BF16_T, dims=STATIC).functions["kv_step"].sig, ts)
     assert [a.dtype for a in arrays] == [BF16] * 6
     assert [a.ctypes.data for a in arrays] == [t.data_ptr() for t in ts]
     for got, want in zip(ref_step(*ts), ref_step(*xs)):
@@ -128,8 +109,7 @@ let f = fn(q: tensor<BF16, [B, H, 1, D], @host>, k_past: tensor<BF16, [B, H, D, 
 
 
 def test_compiled_and_interpreted_bf16_agree_bit_for_bit():
-    with bf16_build():
-        fn = kina.compile_source(NO_SOFTMAX, "no_softmax.kina").f
+    fn = kina.compile_source(NO_SOFTMAX, "no_softmax.kina").f
     ref = kina.interpret(NO_SOFTMAX, "no_softmax.kina").f
     for (B, H, D, S) in [(1, 2, 2, 3), (2, 3, 16, 33), (1, 4, 64, 300)]:
         rng = np.random.default_rng(S)
@@ -140,9 +120,8 @@ def test_compiled_and_interpreted_bf16_agree_bit_for_bit():
 
 
 def test_compiled_bf16_step_matches_f32_within_the_tolerance(ref_step):
-    with bf16_build():
-        step = kina.compile_source(bf16_text(STEP), "storylm0_kv_step.kina").kv_step
-        dyn = kina.compile_source(bf16_text(STEP_DYN), "storylm0_kv_step_dyn.kina").kv_step
+    step = kina.compile_file(GENERIC_STEP, dtypes=BF16_T, dims=STATIC).kv_step
+    dyn = kina.compile_file(GENERIC_STEP, dtypes=BF16_T).kv_step
     for seed in range(4):
         xs = bf16_inputs(1, 2, 2, 3, seed)
         got, want = step(*xs), reference_f32(*xs)
@@ -159,9 +138,8 @@ def test_compiled_bf16_step_matches_f32_within_the_tolerance(ref_step):
 
 
 def test_bf16_kv_cache_step_equals_the_functional_step():
-    with bf16_build():
-        functional = kina.compile_source(bf16_text(STEP_DYN), "storylm0_kv_step_dyn.kina").kv_step
-        cache = KVCache(2, 3, 4, 16, dtype="bfloat16")
+    functional = kina.compile_file(GENERIC_STEP, dtypes=BF16_T).kv_step
+    cache = KVCache(2, 3, 4, 16, dtype="bfloat16")
     assert cache.dtype == BF16 and cache.keys().dtype == BF16 and cache.bytes_per_token == 2 * 2 * 3 * 4 * 2
     xs = bf16_inputs(2, 3, 4, 0)
     k_past, v_past, scale = xs[1], xs[3], 0.5
@@ -181,10 +159,9 @@ def test_bf16_kv_cache_step_equals_the_functional_step():
 
 
 def test_bf16_prefill_then_step():
-    with bf16_build():
-        cache = KVCache(1, 2, 4, 8, dtype=BF16)
-        context = prefill(cache, *(np.random.default_rng(4).standard_normal(s).astype(BF16)
-                                   for s in ((1, 2, 5, 4), (1, 2, 4, 5), (1, 2, 5, 4))), 0.5)
+    cache = KVCache(1, 2, 4, 8, dtype=BF16)
+    context = prefill(cache, *(np.random.default_rng(4).standard_normal(s).astype(BF16)
+                               for s in ((1, 2, 5, 4), (1, 2, 4, 5), (1, 2, 5, 4))), 0.5)
     assert context.dtype == BF16 and context.shape == (1, 2, 5, 4) and cache.n_filled == 5
     q = np.ones((1, 2, 1, 4), BF16)
     got = cache.attend(q, 0.5)

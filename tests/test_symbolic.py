@@ -16,7 +16,7 @@ import pytest
 import kina
 from kina import pipeline
 
-from conftest import DYN_TEXT, EXAMPLES, assert_same, kv_inputs, specialize
+from conftest import DYN_TEXT, EXAMPLES, GENERIC_STEP, ROOT, assert_same, kv_inputs
 
 DYN = EXAMPLES / "storylm0_kv_step_dyn.kina"
 
@@ -55,7 +55,7 @@ def dyn(dyn_builds):
 
 @functools.lru_cache(maxsize=None)
 def static_module(B, H, Dh, S):
-    return kina.compile_source(specialize(DYN_TEXT, B=B, H=H, Dh=Dh, S=S), f"static_{B}_{H}_{Dh}_{S}.kina")
+    return kina.compile_file(DYN, dims=dict(B=B, H=H, Dh=Dh, S=S))
 
 
 SIZES = [(1, 2, 2, S) for S in (0, 1, 2, 3, 17, 1000, 4095)] + [
@@ -75,12 +75,15 @@ def test_one_compile_serves_every_size(dyn, dyn_builds, B, H, Dh, S):
 
 
 def test_symbolic_example_is_what_the_specialization_replaces():
-    """The static programs used below are the dyn example with integer dims, nothing else."""
-    text = specialize(DYN_TEXT, B=1, H=2, Dh=2, S=3)
-    assert "tensor<F32, [1, 2, 2, 4], @host>" in text and "S" not in re.sub(r"//.*|\bscale|\bscaled|\bscores", "", text)
+    """The static programs used below are the dyn example with its dims fixed: the static
+    example's signature; and the generic kernel at T = F32 is the dyn example."""
     from kina import check, syntax
     want = check.check(syntax.parse((EXAMPLES / "storylm0_kv_step.kina").read_text())).functions[0].sig
-    assert check.check(syntax.parse(text)).functions[0].sig == want
+    assert check.check(syntax.parse(DYN_TEXT), dims=dict(B=1, H=2, Dh=2, S=3)).functions[0].sig == want
+    from kina.pipeline import Options, _render, run_stages
+    ir = [_render(run_stages(text, "step.kina", "mlir", Options(dtypes=dtypes)), "mlir")
+          for text, dtypes in ((GENERIC_STEP.read_text(), (("T", "F32"),)), (DYN_TEXT, ()))]
+    assert ir[0] == ir[1], "the generic step at T = F32 is not the dyn example"
 
 
 @pytest.mark.parametrize("B,H,Dh,S", [(1, 2, 2, 3), (2, 3, 4, 5), (1, 8, 64, 127), (3, 2, 8, 0), (1, 1, 1, 1)])
@@ -246,3 +249,12 @@ def test_static_step_30000_calls_do_not_grow_memory():
     assert rss < 16 << 20, f"RSS grew by {rss >> 20} MiB over 30,000 calls"
     if heap is not None:
         assert heap < 256 << 10, f"malloc'd bytes in use grew by {heap} over 30,000 calls"
+
+
+def test_prefill_example_is_the_kernel_at_f32():
+    """examples/storylm0_prefill.kina is the F32 copy of the generic kernel kina.decode uses."""
+    from kina.pipeline import Options, _render, run_stages
+    kernel = ROOT / "src" / "kina" / "kernels" / "prefill.kina"
+    ir = [_render(run_stages(path.read_text(), "prefill.kina", "mlir", Options(dtypes=dtypes)), "mlir")
+          for path, dtypes in ((kernel, (("T", "F32"),)), (EXAMPLES / "storylm0_prefill.kina", ()))]
+    assert ir[0] == ir[1]

@@ -16,6 +16,7 @@ as a Python traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 from importlib import metadata
@@ -58,7 +59,7 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="give a type parameter its dtype (fn[T]): --dtype T=F16 (repeatable)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="fix a symbolic dim, for a static specialisation: --dim S=128 (repeatable)")
-    p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=3,
+    p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=None,
                    help="0: none of the optimisation passes, LLVM at -O0; 1-3: every pass, LLVM at that level")
     p.add_argument("--version", action="version", version=version_text())
     return p
@@ -91,8 +92,10 @@ def compile_main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"kinac: error: {e}", file=sys.stderr)
         return 1
-    options = pipeline.Options(opt_level=args.opt_level, cpu=args.cpu, print_ir_after_all=args.print_ir_after_all,
-                               locations=args.locs, dtypes=tuple(dtypes.items()), dims=tuple(dims.items()))
+    options = pipeline.Options(cpu=args.cpu, print_ir_after_all=args.print_ir_after_all, locations=args.locs,
+                               dtypes=tuple(dtypes.items()), dims=tuple(dims.items()))
+    if args.opt_level is not None:
+        options = dataclasses.replace(options, opt_level=args.opt_level)
     dump = Path(args.dump_dir) if args.dump_dir else None
     out = Path(args.output) if args.output else None
     if args.emit == "so":

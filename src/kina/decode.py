@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,13 +48,16 @@ class CacheFullError(ValueError):
                          f"do not fit ({max_seq_len - n_filled} free)")
 
 
-@functools.lru_cache(maxsize=None)
 def _program(name: str, dtype: np.dtype):
-    """Compile kernels/<name>.kina for `dtype` (the files are written for F32)."""
+    """kernels/<name>.kina (generic in its element type T) compiled for `dtype`."""
+    from .pipeline import Options
+    return _compiled(name, _KINA_DTYPES[dtype], Options())
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(name: str, dtype: str, options):
     import kina
-    path = KERNELS / f"{name}.kina"
-    text = re.sub(r"\bF32\b", _KINA_DTYPES[dtype], path.read_text())
-    return kina.compile_source(text, f"kina/kernels/{name}.{_KINA_DTYPES[dtype]}.kina")
+    return kina.compile_file(KERNELS / f"{name}.kina", options, dtypes={"T": dtype})
 
 
 def _kina_dtype(dtype) -> np.dtype:

@@ -12,6 +12,8 @@ softmaxes run in F32 and round once, in the compiled code's order. It needs no M
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from . import ast
@@ -95,8 +97,10 @@ class Interpreted:
         return call
 
 
-def interpret(source: str | bytes | ast.Program, filename: str = "<string>") -> Interpreted:
-    """Parse and check `source` (unless it is already a checked program) for NumPy execution."""
-    program = source if isinstance(source, ast.Program) else check(parse(source, filename))
+def interpret(source: str | bytes | ast.Program, filename: str = "<string>", *,
+              dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None) -> Interpreted:
+    """Parse and check `source` (unless it is already a checked program) for NumPy execution,
+    specialised with `dtypes` and `dims` as `kina.compile_source` is."""
+    program = source if isinstance(source, ast.Program) else check(parse(source, filename), dtypes, dims)
     return Interpreted(program)
 

@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -36,9 +36,17 @@ from . import __version__, ast, check as _check, syntax, toolchain
 from .diagnostics import InternalError, ToolError
 from .passes import PASSES, Pass
 
+def _default_opt_level() -> int:
+    text = os.environ.get("KINA_OPT_LEVEL", "3")
+    if text not in ("0", "1", "2", "3"):
+        raise ValueError(f"KINA_OPT_LEVEL: expected 0, 1, 2 or 3, got {text!r}")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Options:
-    opt_level: int = 3  # 0: none of the optimisation passes, and LLVM at -O0
+    # 0: none of the optimisation passes, and LLVM at -O0; the default is KINA_OPT_LEVEL's, else 3
+    opt_level: int = field(default_factory=lambda: _default_opt_level())
     cpu: str = "native"  # "native" (this machine's CPU) or an x86-64 level: "x86-64", "x86-64-v2", -v3, -v4
     print_ir_after_all: bool = False
     locations: bool = False  # print loc(...) in emitted MLIR

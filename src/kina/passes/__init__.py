@@ -28,6 +28,7 @@ class Pass:
     module: str = ""  # Kina's own: `kina.passes.<module>.run`
     pipeline: str = ""  # upstream: a textual pass pipeline on builtin.module
     optimisation: bool = False  # skipped at -O0
+    only_for: str = ""  # an element type (e.g. "bf16"): the pass runs only on modules that use it
 
     @property
     def kind(self) -> str:
@@ -40,6 +41,8 @@ class Pass:
         or leaves invalid IR."""
         from mlir.passmanager import PassManager
         with module.context:
+            if self.only_for and not _uses_type(module, self.only_for):
+                return
             if self.pipeline:
                 pm = PassManager.parse(f"builtin.module({self.pipeline})")
             else:
@@ -49,6 +52,20 @@ class Pass:
             if print_ir:
                 pm.enable_ir_printing()
             pm.run(module.operation)
+
+
+def _uses_type(module, name: str) -> bool:
+    """Does any op of `module` take or make a value whose type mentions `name`?"""
+    from mlir import ir
+    found = []
+
+    def visit(op):
+        if any(name in str(v.type) for v in [*op.operands, *op.results]):
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+    module.operation.walk(visit)
+    return bool(found)
 
 
 PASSES: tuple[Pass, ...] = (
@@ -73,6 +90,9 @@ PASSES: tuple[Pass, ...] = (
         "canonicalize", "buffer-deallocation-pipeline", "convert-bufferization-to-memref"])),
     Pass("fence-nontemporal", "a fence before each return of a function that makes non-temporal stores",
          module="fence_nontemporal"),
+    Pass("emulate-bf16", "bf16 arithmetic as f32 and its conversions as integer ops, so the .so needs no "
+         "__truncsfbf2 from a recent libgcc; only for modules that use bf16 (upstream)", only_for="bf16",
+         pipeline="arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},arith-expand{include-bf16=true}"),
     Pass("to-llvm", "loops, vectors, math, arith, memrefs and funcs to the LLVM dialect (upstream)",
          pipeline=",".join([
              "convert-linalg-to-loops", "expand-strided-metadata", "lower-affine", "convert-scf-to-cf",
