@@ -87,9 +87,13 @@ class KVCache:
 
     Kᵀ is stored as [B, H, Dh, T_max] and V as [B, H, T_max, Dh], zero-initialised;
     positions [0, n_filled) are valid and the rest are scratch that no result reads.
+    A large attention runs on `threads` threads (default `runtime.default_threads()`),
+    split by batch and heads, with the same bits as on one.
     """
 
-    def __init__(self, batch: int, n_heads: int, head_dim: int, max_seq_len: int, dtype=np.float32):
+    def __init__(self, batch: int, n_heads: int, head_dim: int, max_seq_len: int, dtype=np.float32,
+                 threads: int | None = None):
+        self.threads = runtime.default_threads() if threads is None else _count("threads", threads, 1)
         self.batch = _count("batch", batch, 1)
         self.n_heads = _count("n_heads", n_heads, 1)
         self.head_dim = _count("head_dim", head_dim, 1)
@@ -244,7 +248,7 @@ class KVCache:
         n = self._n
         out = runtime.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
         args = [runtime.as_passable(q), self._k[..., :n], self._v[:, :, :n, :], scale]
-        self._kernels.attend.call_unchecked(args, [out])
+        self._kernels.attend.call_unchecked(args, [out], self.threads)
         return out
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
@@ -477,3 +481,4 @@ class TinyDecoder:
     def generate(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True) -> list[int]:
         """The n_new greedy (argmax) token ids that follow `prompt_tokens`."""
         return self.trace(prompt_tokens, n_new, use_cache).tokens
+

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from . import __version__, ast, check as _check, syntax, toolchain
 from .diagnostics import InternalError, ToolError
+from .parallel import independent_axes
 from .passes import PASSES, Pass
 
 def _default_opt_level() -> int:
@@ -172,7 +173,7 @@ def _stage_so(b: Build) -> None:
         "cpu": b.target_cpu,
         "cpu_flags": toolchain.target_flags(b.options.cpu),
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
-        "functions": [fn.sig.to_json() for fn in b.program.functions],
+        "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn)} for fn in b.program.functions],
     }
     so.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     b.so_path = so

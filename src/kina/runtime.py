@@ -15,8 +15,11 @@ array-interface objects become NumPy views of the caller's memory. Inputs are
 never modified. Views are passed as they are (the compiled code takes any outer
 strides); only an array whose innermost stride is not one element, or that is
 misaligned, is copied first. Results, whatever their size, are allocated here
-with NumPy, starting on a 64-byte boundary (`empty`), and filled by the callee
-(out-params), so NumPy owns and frees them. BF16 is `ml_dtypes.bfloat16`.
+as NumPy arrays starting on a 64-byte boundary and filled by the callee
+(out-params); large ones reuse the memory of dead results (`kina.pool`:
+bounded, `release_memory()` returns it). A large call of a function with
+independent leading axes runs on `threads` threads (KINA_NUM_THREADS, default
+the machine's cores), bit-identical to one. BF16 is `ml_dtypes.bfloat16`.
 This module imports neither `mlir` nor `lark`.
 
 Calling convention (what `kinac` emits): `_mlir_ciface_kina_<fn>(in_0*, ..., out_0*, ...)`
@@ -31,11 +34,14 @@ import hashlib
 import itertools
 import json
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
+from .pool import Pool
 from .toolchain import cpu_flags
 from .types import DTYPES, Dim, Signature, TensorType
 
@@ -64,6 +70,17 @@ def as_passable(a: np.ndarray) -> np.ndarray:
 
 
 ALIGN = 64  # bytes: a cache line, and what the compiled code's non-temporal vector stores need
+RESULTS = Pool()  # where calls allocate their results (see kina.pool)
+
+
+def release_memory() -> int:
+    """Return the memory kept for reusing results to the system; returns how many bytes."""
+    return RESULTS.release()
+
+
+def set_memory_limit(nbytes: int) -> None:
+    """Keep at most `nbytes` of freed results for reuse (default kina.pool.DEFAULT_LIMIT)."""
+    RESULTS.set_limit(nbytes)
 
 
 def _aligned(allocate, shape, dtype) -> np.ndarray:
@@ -280,11 +297,52 @@ def result_shapes(sig: Signature, env: dict[str, int]) -> list[tuple[int, ...]]:
     return [tuple(d.evaluate(env) for d in t.dims) for t in sig.results]
 
 
-class Function:
-    """One compiled Kina function; call it with arrays (see `bind`), get NumPy arrays back."""
+def default_threads() -> int:
+    """KINA_NUM_THREADS if set, else the cores this process may run on."""
+    text = os.environ.get("KINA_NUM_THREADS")
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"KINA_NUM_THREADS: expected a positive integer, got {text!r}")
+        return int(text)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
-    def __init__(self, module: "Module", sig: Signature, cfunc):
+
+PARALLEL_MIN_BYTES = 1 << 21  # a call moving less than this runs on one thread: a handoff costs ~20 us
+_workers: ThreadPoolExecutor | None = None
+_workers_lock = threading.Lock()
+
+
+def _executor(threads: int) -> ThreadPoolExecutor:
+    global _workers
+    with _workers_lock:
+        if _workers is None or _workers._max_workers < threads:
+            old, _workers = _workers, ThreadPoolExecutor(threads, thread_name_prefix="kina")
+            if old is not None:
+                old.shutdown(wait=False)
+        return _workers
+
+
+def _check_threads(name: str, threads) -> int:
+    if threads is None:
+        return default_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"{name}(): threads must be a positive integer, got {threads!r}")
+    return threads
+
+
+class Function:
+    """One compiled Kina function; call it with arrays (see `bind`), get NumPy arrays back.
+
+    Large calls run on several threads when the function has independent leading
+    axes (`kina.parallel`: batch and heads, for attention): the kernel is called on
+    parts along one of them, with bit-identical results for any thread count."""
+
+    def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0):
         self._module, self.signature, self._cfunc = module, sig, cfunc
+        self.independent_axes = independent_axes
         self.__name__ = sig.name
         self._plan = CheckPlan(sig)
         # every argument is a pointer to its memref descriptor, at a fixed offset in one buffer
@@ -297,14 +355,20 @@ class Function:
         params = ", ".join(f"{n}: {t}" for n, t in self.signature.params)
         return f"<kina function {self.__name__}({params}) -> ({', '.join(map(str, self.signature.results))})>"
 
-    def __call__(self, *args) -> tuple[np.ndarray, ...]:
-        """Check the arguments, allocate the results, run; returns the results."""
+    def __call__(self, *args, threads: int | None = None) -> tuple[np.ndarray, ...]:
+        """Check the arguments, allocate the results, run; returns the results.
+
+        Results are NumPy arrays; large ones reuse the memory of dead results
+        (`kina.pool`), so a steady loop touches no fresh pages. `threads` (default
+        `default_threads()`) bounds the threads a large call may use."""
+        threads = _check_threads(self.__name__, threads)
         arrays, env = self._bind(args)
-        outs = [empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env), self._result_dtypes)]
-        self.call_unchecked(arrays, outs)
+        outs = [RESULTS.empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env),
+                                                                    self._result_dtypes)]
+        self.call_unchecked(arrays, outs, threads)
         return tuple(outs)
 
-    def call_into(self, args, outs) -> None:
+    def call_into(self, args, outs, threads: int | None = None) -> None:
         """Like calling, but the results are written into `outs` (arrays of the result
         shapes and dtypes, writable, unit innermost stride; views are fine). Every
         argument and out is checked; an out may not overlap an input or another out."""
@@ -323,14 +387,14 @@ class Function:
             for other in [*(a if isinstance(a, np.ndarray) else b for a, b in zip(args, arrays)), *outs[:i]]:
                 if np.shares_memory(o, other):
                     raise ValueError(f"{name}(): out {i} overlaps another argument or out")
-        self.call_unchecked(arrays, list(outs))
+        self.call_unchecked(arrays, list(outs), _check_threads(name, threads))
 
     def _bind(self, args):
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
         return bind(self.signature, args, self._plan)
 
-    def call_unchecked(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+    def call_unchecked(self, arrays: list[np.ndarray], outs: list[np.ndarray], threads: int = 1) -> None:
         """Run the kernel on `arrays` (NumPy arrays as `bind` returns them), writing `outs`
         (NumPy arrays as `call_into` requires them); nothing is returned.
 
@@ -341,12 +405,46 @@ class Function:
         argument is undefined behaviour: wrong numbers, or a crash. It exists for callers
         that have checked everything themselves and call often: `kina.decode.KVCache`
         (which builds its own arguments), and benchmarks that `bind` once and then time
-        the kernel alone. Everyone else calls the function or uses `call_into`."""
+        the kernel alone. Everyone else calls the function or uses `call_into`.
+
+        With `threads` > 1 a call large enough (PARALLEL_MIN_BYTES) is split along an
+        independent leading axis into up to `threads` parts, run concurrently (ctypes
+        releases the GIL); the results are the same bits."""
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
+        parts = self._parts(arrays, outs, threads) if threads > 1 and self.independent_axes else None
+        if parts is None:
+            return self._run(arrays, outs)
+        done = [_executor(threads).submit(self._run, a, o) for a, o in parts[1:]]
+        self._run(*parts[0])
+        for f in done:
+            f.result()
+
+    def _run(self, arrays, outs) -> None:
         words = _descriptor_words((*arrays, *outs))
         base = words.buffer_info()[0]
         self._cfunc(*[base + offset for offset in self._offsets])
+
+    def _parts(self, arrays, outs, threads: int):
+        """(arrays, outs) per part along the first independent axis long enough, or None."""
+        every = [*arrays, *outs]
+        if sum(a.nbytes for a in every) < PARALLEL_MIN_BYTES:
+            return None
+        rank = max(a.ndim for a in every)
+        for axis in range(self.independent_axes):
+            n = max(a.shape[axis - (rank - a.ndim)] if axis - (rank - a.ndim) >= 0 else 1 for a in every)
+            if n < 2:
+                continue
+            bounds = [n * i // min(threads, n) for i in range(min(threads, n) + 1)]
+
+            def part(a, lo, hi):
+                ax = axis - (rank - a.ndim)
+                if ax < 0 or a.shape[ax] != n:
+                    return a  # shared along this axis (size 1, or absent)
+                return a[(slice(None),) * ax + (slice(lo, hi),)]
+            return [([part(a, lo, hi) for a in arrays], [part(o, lo, hi) for o in outs])
+                    for lo, hi in zip(bounds, bounds[1:])]
+        return None
 
 
 class Module:
@@ -366,7 +464,7 @@ class Module:
             except AttributeError:
                 raise LoadError(f"{path}: sidecar lists function '{sig.name}' but the .so has no "
                                 f"_mlir_ciface_kina_{sig.name}") from None
-            self.functions[sig.name] = Function(self, sig, cfunc)
+            self.functions[sig.name] = Function(self, sig, cfunc, obj.get("independent_axes", 0))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ", ".join(self.functions)

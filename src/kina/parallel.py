@@ -1,0 +1,54 @@
+"""Which leading axes of a function are independent: the work the runtime may split.
+
+In:  a checked `ast.Function`.
+Out: `independent_axes(fn)`, a count k: for every index along the first k axes
+     (counted from the left of the highest-rank parameter or result, lower-rank
+     values aligned to the right as NumPy broadcasts), the results at that index
+     depend only on the inputs at that index, or on inputs that are 1 (or absent)
+     along the axis and so are shared.
+
+The runtime uses it to run a call on several threads: it slices every parameter
+and result of full extent along one of those axes into parts and calls the kernel
+once per part (the kernels take any outer strides). Each part runs the same code
+on the same values, so results are bit-identical for any thread count.
+
+Guarantees: conservative. An operation that mixes indices along an axis (concat
+along it, softmax or a reduction over it, a matmul's row and contraction axes, a
+reshape or transpose that moves it) stops the count there, and an expression kind
+this module does not know stops it at 0. Imports nothing from `mlir` or `lark`.
+"""
+from __future__ import annotations
+
+from . import ast
+from .types import Dim
+
+
+def independent_axes(fn: ast.Function) -> int:
+    values = [t for _, t in fn.sig.params] + list(fn.sig.results)
+    rank = max((t.rank for t in values), default=0)
+    k = rank
+    exprs = [let.value for let in fn.body] + list(fn.results)
+    while exprs:
+        e = exprs.pop()
+        exprs.extend(ast.children(e))
+        k = min(k, _keeps(e, rank))
+    # every value of full rank must agree along each counted axis (or be 1 there)
+    for a in range(k):
+        dims = {t.dims[a - (rank - t.rank)] for t in values if a - (rank - t.rank) >= 0} - {Dim(1)}
+        if len(dims) > 1:
+            return a
+    return k
+
+
+def _keeps(e: ast.Expr, rank: int) -> int:
+    """How many leading axes (in the function's right-aligned frame) `e` keeps independent."""
+    if isinstance(e, (ast.Name, ast.Broadcast)) or isinstance(e, ast.ELEMENTWISE):
+        return rank
+    if e.type is None:
+        return 0
+    shift = rank - e.type.rank  # axes of `e` sit at shift + a in the function's frame
+    if isinstance(e, ast.MatMul):
+        return shift + e.type.rank - 2
+    if isinstance(e, (ast.Concat, ast.Softmax)):
+        return shift + e.axis
+    return 0

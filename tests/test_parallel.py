@@ -1,0 +1,212 @@
+"""Recycled results (kina.pool) and calls split over threads (kina.parallel, runtime).
+
+Results of large calls reuse the memory of dead results, so a host loop feeding each
+step's results back allocates a few blocks and then none; memory kept stays under
+the limit. A call of a function with independent leading axes (batch, heads) split
+over any number of threads gives the same bits as one thread, for the public call,
+call_into and the in-place KVCache step, with NaN in unused cache slots, strided
+views, S = 0 and 1, and concurrent calls from several Python threads.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import kina
+from conftest import DYN_TEXT, assert_same, kv_inputs
+from kina import check, pool, runtime, syntax
+from kina.parallel import independent_axes
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def step():
+    return kina.compile_source(DYN_TEXT, "dyn.kina").kv_step
+
+
+# -- kina.pool ------------------------------------------------------------------------------------
+
+def test_size_classes_round_up_by_at_most_a_sixteenth():
+    for n in [1, 63, 64, 1000, MIB, MIB + 1, 3 * MIB + 12345, 1 << 33]:
+        c = pool.size_class(n)
+        assert n <= c <= max(n * 17 // 16 + 64, 64) and c % 64 == 0
+    assert pool.size_class(64 * MIB + 16 * 1024) == pool.size_class(64 * MIB + 32 * 1024), \
+        "a cache growing by one position stays in its class"
+
+
+def test_pooled_arrays_are_plain_aligned_arrays_and_their_memory_comes_back():
+    p = pool.Pool()
+    a = p.empty((4, MIB // 4), np.float32)
+    assert type(a) is np.ndarray and a.flags.writeable and a.flags.c_contiguous
+    assert a.ctypes.data % 64 == 0 and a.shape == (4, MIB // 4)
+    address = a.ctypes.data
+    del a
+    gc.collect()
+    b = p.empty((4, MIB // 4), np.float32)
+    assert b.ctypes.data == address and (p.allocated, p.reused) == (1, 1)
+
+
+def test_a_live_view_keeps_its_block_out_of_the_pool():
+    p = pool.Pool()
+    a = p.empty((2 * MIB,), np.uint8)
+    view = a[MIB:]
+    view[:] = 7
+    del a
+    gc.collect()
+    b = p.empty((2 * MIB,), np.uint8)
+    b[:] = 1
+    assert not np.shares_memory(b, view) and (view == 7).all() and p.allocated == 2
+
+
+def test_small_results_are_not_pooled():
+    p = pool.Pool()
+    for _ in range(10):
+        p.empty((1000,), np.float32)
+    assert p.allocated == p.reused == p.kept_bytes == 0
+
+
+def test_kept_memory_stays_under_the_limit_and_is_released():
+    p = pool.Pool(limit=5 * MIB)
+    blocks = [p.empty((MIB * 2,), np.uint8) for _ in range(4)]
+    del blocks
+    gc.collect()
+    assert 0 < p.kept_bytes <= 5 * MIB
+    p.set_limit(0)
+    assert p.kept_bytes == 0
+    p.set_limit(64 * MIB)
+    x = p.empty((MIB * 2,), np.uint8)
+    del x
+    gc.collect()
+    assert p.kept_bytes > 0 and p.release() > 0 and p.kept_bytes == 0
+    with pytest.raises(ValueError, match="limit: expected a non-negative number of bytes"):
+        p.set_limit(-1)
+
+
+def test_blocks_come_back_from_other_threads():
+    p = pool.Pool()
+    arrays = [p.empty((MIB,), np.uint8) for _ in range(8)]
+    threads = [threading.Thread(target=arrays.pop) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert p.kept_bytes == 8 * pool.size_class(MIB + pool.ALIGN)
+
+
+def test_a_host_loop_of_1000_calls_reuses_a_few_sets_of_results(step):
+    """Section 19's host loop: each step's caches are the next step's inputs (8 MiB caches)."""
+    B, H, Dh, S = 1, 8, 64, 2047
+    q, k, k_new, v, v_new, scale = kv_inputs(B, H, Dh, S)
+    before = runtime.RESULTS.allocated
+    for i in range(1000):
+        k_next, v_next, context = step(q, k, k_new, v, v_new, scale)
+        k, v = k_next[..., :S], v_next[:, :, :S]  # the cache stays at S positions: a steady loop
+    assert runtime.RESULTS.allocated - before <= 6, "a steady loop must stop allocating fresh blocks"
+    assert runtime.RESULTS.kept_bytes <= pool.DEFAULT_LIMIT
+
+
+# -- independent axes ------------------------------------------------------------------------------
+
+def _axes(source: str) -> int:
+    return independent_axes(check.check(syntax.parse(source)).functions[0])
+
+
+X = "tensor<F32, [B, H, 4, 4], @host>"
+
+
+@pytest.mark.parametrize("body, results, want", [
+    ("(softmax(x, axis=3))", X, 3),
+    ("(softmax(x, axis=0))", X, 0),
+    ("(concat[axis=1] x x)", "tensor<F32, [B, H+H, 4, 4], @host>", 1),
+    ("(x @ y)", X, 2),
+    ("(x * broadcast(s))", X, 4),
+    ("(x + x, softmax(x, axis=2))", f"{X}, {X}", 2),
+])
+def test_independent_axes(body, results, want):
+    source = (f"let f = fn(x: {X}, y: {X}, s: tensor<F32, [1, 1, 1, 1], @host>) -> ({results}) {{\n"
+              f"  {body}\n}}\n")
+    assert _axes(source) == want
+
+
+def test_the_step_has_two_independent_axes_and_unaligned_dims_stop_the_count(step):
+    assert step.independent_axes == 2
+    source = ("let f = fn(x: tensor<F32, [A, 4], @host>, y: tensor<F32, [B, 4], @host>) "
+              "-> (tensor<F32, [A+B, 4], @host>) {\n  (concat[axis=0] x y)\n}\n")
+    assert _axes(source) == 0
+
+
+# -- threads: the same bits ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("B, H, Dh, S", [(1, 32, 64, 300), (2, 8, 128, 257), (1, 16, 64, 0), (3, 5, 32, 1)])
+def test_any_thread_count_gives_the_same_bits(step, B, H, Dh, S, monkeypatch):
+    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)  # split even small calls
+    args = kv_inputs(B, H, Dh, S, seed=S)
+    want = step(*args, threads=1)
+    for threads in (2, 3, 4, 7):
+        for i, (got, w) in enumerate(zip(step(*args, threads=threads), want)):
+            assert_same(got, w, what=f"result {i} on {threads} threads")
+    outs = [runtime.empty(w.shape) for w in want]
+    step.call_into(args, outs, threads=3)
+    for got, w in zip(outs, want):
+        assert_same(got, w)
+
+
+def test_threads_on_strided_views(step, monkeypatch):
+    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    q, k, k_new, v, v_new, scale = kv_inputs(1, 6, 32, 40, seed=1)
+    big_k = np.full((1, 12, 32, 64), np.nan, np.float32)
+    big_k[:, ::2, :, :40] = k
+    k_view = big_k[:, ::2, :, :40]  # every other head, a prefix of the positions
+    want = step(q, k, k_new, v, v_new, scale, threads=1)
+    for got, w in zip(step(q, k_view, k_new, v, v_new, scale, threads=4), want):
+        assert_same(got, w)
+
+
+def test_concurrent_calls_from_python_threads(step, monkeypatch):
+    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    inputs = [kv_inputs(1, 8, 64, 100 + 10 * i, seed=i) for i in range(6)]
+    want = [step(*a, threads=1) for a in inputs]
+    got = [None] * len(inputs)
+
+    def run(i):
+        for _ in range(5):
+            got[i] = step(*inputs[i], threads=2)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            assert_same(a, b)
+
+
+def test_in_place_step_on_threads_with_nan_in_unused_slots(monkeypatch):
+    from kina.decode import KVCache
+    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    B, H, Dh = 1, 8, 32
+    caches = [KVCache(B, H, Dh, 64, threads=n) for n in (1, 2, 5)]
+    for c in caches:
+        c._k[:], c._v[:] = np.nan, np.nan  # unused slots never reach a result
+    for t in range(6):
+        q, _, k_new, _, v_new, _ = kv_inputs(B, H, Dh, 0, seed=t)
+        got = [c.step(q, k_new, v_new, 0.125) for c in caches]
+        for g in got[1:]:
+            assert_same(g, got[0], what=f"step {t}")
+
+
+def test_bad_thread_counts_are_clear_errors(step, monkeypatch):
+    args = kv_inputs(1, 2, 4, 3)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"kv_step\(\): threads must be a positive integer"):
+            step(*args, threads=bad)
+    monkeypatch.setenv("KINA_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="KINA_NUM_THREADS: expected a positive integer, got 'two'"):
+        step(*args)
+    monkeypatch.setenv("KINA_NUM_THREADS", "3")
+    assert runtime.default_threads() == 3
