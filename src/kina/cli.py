@@ -174,8 +174,9 @@ def opt_main(argv: list[str]) -> int:
     except ir.MLIRError as e:
         print(f"kinac opt: error: {args.file} is not valid MLIR:\n{e}", file=sys.stderr)
         return 1
-    for name in names:
-        pipeline.apply_pass(module, BY_NAME[name], args.print_ir_after_all, args.file)
+    for i, name in enumerate(names):
+        pipeline.apply_pass(module, BY_NAME[name], args.print_ir_after_all, args.file, pipeline.replay_passes(
+            lambda: ir.Module.parse(text, ir.Context()), [BY_NAME[n] for n in names[:i]]))
     out = print_ir(module, args.locs)
     if args.output:
         Path(args.output).write_text(out)

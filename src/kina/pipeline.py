@@ -116,24 +116,39 @@ def _stage_mlir(b: Build) -> None:
                                                                                assume_verified=True))) from None
 
 
-def apply_pass(module, p: Pass, print_ir: bool = False, what: str = "the generated MLIR") -> None:
+def apply_pass(module, p: Pass, print_ir: bool = False, what: str = "the generated MLIR",
+               replay: Callable[[], Any] | None = None) -> None:
     """Run pass `p` on `module`; a failure (or invalid IR after it) is an
-    InternalError naming the pass, with a reproducer: its input and the command
-    that reruns it alone."""
+    InternalError naming the pass, with a reproducer: its input, and the command
+    that reruns it alone. `replay()` rebuilds that input (a module, as it was before
+    `p`) when it is needed, so that a build that succeeds never prints its IR."""
     from mlir import ir
-    before = module.operation.get_asm(enable_debug_info=True, use_name_loc_as_prefix=True)
     try:
         p.apply(module, print_ir)
-    except ir.MLIRError as e:
-        raise InternalError(f"pass '{p.name}' failed on {what}:\n{e}", _reproducer(what, before, p)) from None
     except Exception as e:  # a Kina pass that raises is a bug in that pass
-        raise InternalError(f"pass '{p.name}' raised {type(e).__name__}: {e}", _reproducer(what, before, p)) from e
+        why = f"failed on {what}:\n{e}" if isinstance(e, ir.MLIRError) else f"raised {type(e).__name__}: {e}"
+        before = replay().operation.get_asm(enable_debug_info=True, use_name_loc_as_prefix=True) if replay else \
+            "// (the pass's input could not be rebuilt)\n"
+        raise InternalError(f"pass '{p.name}' {why}", _reproducer(what, before, p)) from None
+
+
+def replay_passes(start: Callable[[], Any], passes: list[Pass]) -> Callable[[], Any]:
+    """A `replay` for `apply_pass`: the module `start()` makes, after `passes`."""
+    def rebuild():
+        module = start()
+        for q in passes:
+            q.apply(module)
+        return module
+    return rebuild
 
 
 def _pass_stage(p: Pass) -> Callable[[Build], None]:
     def stage(b: Build) -> None:
         if b.options.opt_level > 0 or not p.optimisation:
-            apply_pass(b.module, p, b.options.print_ir_after_all, b.filename)
+            from . import lower
+            ran = [q for q in PASSES[:PASSES.index(p)] if b.options.opt_level > 0 or not q.optimisation]
+            apply_pass(b.module, p, b.options.print_ir_after_all, b.filename,
+                       replay_passes(lambda: lower.lower(b.program), ran))
     stage.__doc__ = p.summary
     return stage
 
