@@ -1,0 +1,276 @@
+// RUN: kinac opt %s --passes matmul-loops | FileCheck %s
+
+// After bufferization each matmul linalg.generic on memrefs of one element type
+// becomes explicit loops: per row, vector<32xf32> steps over j that read 8 rhs
+// rows side by side and add their products in the order k, k+1, ..., or, when the
+// output row is a whole number of vectors (at most 4), the row of sums carried in
+// registers through the k loop. Every element still sums over k in ascending order.
+
+#lhs = affine_map<(i, k, j) -> (i, k)>
+#rhs = affine_map<(i, k, j) -> (k, j)>
+#out = affine_map<(i, k, j) -> (i, j)>
+
+// A row of 40 is not a whole number of vectors: 8 rows of k per step, unrolled and
+// jammed into one j loop of vectors, a scalar tail of j, then the remaining k one at a time.
+// CHECK-LABEL: func.func @unrolled(
+// CHECK-SAME:    %[[Q:[^:]+]]: memref<2x16xf32>, %[[K:[^:]+]]: memref<16x40xf32>, %[[ACC:[^:]+]]: memref<2x40xf32>)
+// CHECK-NOT:     linalg.generic
+// CHECK-NOT:     scf.index_switch
+// CHECK:         scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK-NEXT:      %[[EIGHT:.+]] = arith.constant 8 : index
+// CHECK:           scf.for %[[K0:.+]] = %{{.+}} to %[[KMAIN:.+]] step %[[EIGHT]] {
+// CHECK:             %[[K1:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// CHECK:             %[[K2:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// CHECK:             %[[K3:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// CHECK:             %[[K4:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// CHECK:             %[[K5:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// CHECK:             %[[K6:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// CHECK:             %[[K7:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// CHECK-NEXT:        %[[X0:.+]] = memref.load %[[Q]][%[[I]], %[[K0]]]
+// CHECK-NEXT:        %[[X1:.+]] = memref.load %[[Q]][%[[I]], %[[K1]]]
+// CHECK-NEXT:        %[[X2:.+]] = memref.load %[[Q]][%[[I]], %[[K2]]]
+// CHECK-NEXT:        %[[X3:.+]] = memref.load %[[Q]][%[[I]], %[[K3]]]
+// CHECK-NEXT:        %[[X4:.+]] = memref.load %[[Q]][%[[I]], %[[K4]]]
+// CHECK-NEXT:        %[[X5:.+]] = memref.load %[[Q]][%[[I]], %[[K5]]]
+// CHECK-NEXT:        %[[X6:.+]] = memref.load %[[Q]][%[[I]], %[[K6]]]
+// CHECK-NEXT:        %[[X7:.+]] = memref.load %[[Q]][%[[I]], %[[K7]]]
+// CHECK:             scf.for %[[J:.+]] = %{{.+}} to %[[JVEC:.+]] step %{{.+}} {
+// CHECK-NEXT:          %[[V0:.+]] = vector.broadcast %[[X0]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[V1:.+]] = vector.broadcast %[[X1]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[V2:.+]] = vector.broadcast %[[X2]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[V3:.+]] = vector.broadcast %[[X3]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[V4:.+]] = vector.broadcast %[[X4]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[V5:.+]] = vector.broadcast %[[X5]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[V6:.+]] = vector.broadcast %[[X6]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[V7:.+]] = vector.broadcast %[[X7]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[A:.+]] = vector.load %[[ACC]][%[[I]], %[[J]]] : memref<2x40xf32>, vector<32xf32>
+// CHECK-NEXT:          %[[Y0:.+]] = vector.load %[[K]][%[[K0]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
+// CHECK-NEXT:          %[[P0:.+]] = arith.mulf %[[V0]], %[[Y0]] : vector<32xf32>
+// CHECK-NEXT:          %[[S0:.+]] = arith.addf %[[A]], %[[P0]] : vector<32xf32>
+// CHECK-NEXT:          %[[Y1:.+]] = vector.load %[[K]][%[[K1]], %[[J]]]
+// CHECK-NEXT:          %[[P1:.+]] = arith.mulf %[[V1]], %[[Y1]]
+// CHECK-NEXT:          %[[S1:.+]] = arith.addf %[[S0]], %[[P1]]
+// CHECK-NEXT:          %[[Y2:.+]] = vector.load %[[K]][%[[K2]], %[[J]]]
+// CHECK-NEXT:          %[[P2:.+]] = arith.mulf %[[V2]], %[[Y2]]
+// CHECK-NEXT:          %[[S2:.+]] = arith.addf %[[S1]], %[[P2]]
+// CHECK-NEXT:          %[[Y3:.+]] = vector.load %[[K]][%[[K3]], %[[J]]]
+// CHECK-NEXT:          %[[P3:.+]] = arith.mulf %[[V3]], %[[Y3]]
+// CHECK-NEXT:          %[[S3:.+]] = arith.addf %[[S2]], %[[P3]]
+// CHECK-NEXT:          %[[Y4:.+]] = vector.load %[[K]][%[[K4]], %[[J]]]
+// CHECK-NEXT:          %[[P4:.+]] = arith.mulf %[[V4]], %[[Y4]]
+// CHECK-NEXT:          %[[S4:.+]] = arith.addf %[[S3]], %[[P4]]
+// CHECK-NEXT:          %[[Y5:.+]] = vector.load %[[K]][%[[K5]], %[[J]]]
+// CHECK-NEXT:          %[[P5:.+]] = arith.mulf %[[V5]], %[[Y5]]
+// CHECK-NEXT:          %[[S5:.+]] = arith.addf %[[S4]], %[[P5]]
+// CHECK-NEXT:          %[[Y6:.+]] = vector.load %[[K]][%[[K6]], %[[J]]]
+// CHECK-NEXT:          %[[P6:.+]] = arith.mulf %[[V6]], %[[Y6]]
+// CHECK-NEXT:          %[[S6:.+]] = arith.addf %[[S5]], %[[P6]]
+// CHECK-NEXT:          %[[Y7:.+]] = vector.load %[[K]][%[[K7]], %[[J]]]
+// CHECK-NEXT:          %[[P7:.+]] = arith.mulf %[[V7]], %[[Y7]]
+// CHECK-NEXT:          %[[S7:.+]] = arith.addf %[[S6]], %[[P7]]
+// CHECK-NEXT:          vector.store %[[S7]], %[[ACC]][%[[I]], %[[J]]] : memref<2x40xf32>, vector<32xf32>
+// CHECK-NEXT:        }
+// CHECK-NEXT:        scf.for %[[JT:.+]] = %[[JVEC]] to %{{.+}} step %{{.+}} {
+// CHECK-NEXT:          %[[AT:.+]] = memref.load %[[ACC]][%[[I]], %[[JT]]] : memref<2x40xf32>
+// CHECK-NEXT:          %[[YT:.+]] = memref.load %[[K]][%[[K0]], %[[JT]]] : memref<16x40xf32>
+// CHECK-NEXT:          %[[PT:.+]] = arith.mulf %[[X0]], %[[YT]] : f32
+// CHECK-NEXT:          %{{.+}} = arith.addf %[[AT]], %[[PT]] : f32
+// CHECK:               memref.store %{{.+}}, %[[ACC]][%[[I]], %[[JT]]] : memref<2x40xf32>
+// CHECK-NEXT:        }
+// CHECK-NEXT:      }
+// CHECK-NEXT:      scf.for %[[KR:.+]] = %[[KMAIN]] to %{{.+}} step %{{.+}} {
+// CHECK-NEXT:        %[[XR:.+]] = memref.load %[[Q]][%[[I]], %[[KR]]]
+// CHECK:             scf.for
+// CHECK:               vector.load %[[K]][%[[KR]],
+// CHECK:             scf.for
+// CHECK:               memref.load %[[K]][%[[KR]],
+// CHECK:         return
+func.func @unrolled(%q: memref<2x16xf32>, %k: memref<16x40xf32>, %acc: memref<2x40xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<2x16xf32>, memref<16x40xf32>) outs(%acc : memref<2x40xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A row of 64 is two vectors: the register-row switch (case 2) keeps both sums in
+// registers through the k loop, with the row-at-a-time loops as its default.
+// CHECK-LABEL: func.func @registers(
+// CHECK-SAME:    %[[Q:[^:]+]]: memref<1x16xf32>, %[[K:[^:]+]]: memref<16x64xf32>, %[[ACC:[^:]+]]: memref<1x64xf32>)
+// CHECK:         scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:           %[[OK:.+]] = arith.cmpi eq,
+// CHECK:           %[[N:.+]] = arith.select %[[OK]], %{{.+}}, %{{.+}} : index
+// CHECK-NEXT:      scf.index_switch %[[N]]
+// CHECK-NEXT:      case 2 {
+// CHECK:             %[[A0:.+]] = vector.load %[[ACC]][%[[I]], %[[J0:[a-z0-9_]+]]] : memref<1x64xf32>, vector<32xf32>
+// CHECK-NEXT:        %[[A1:.+]] = vector.load %[[ACC]][%[[I]], %[[J1:[a-z0-9_]+]]] : memref<1x64xf32>, vector<32xf32>
+// CHECK-NEXT:        %[[SUMS:.+]]:2 = scf.for %[[KK:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[S0:.+]] = %[[A0]], %[[S1:.+]] = %[[A1]]) -> (vector<32xf32>, vector<32xf32>) {
+// CHECK-NEXT:          %[[X:.+]] = memref.load %[[Q]][%[[I]], %[[KK]]]
+// CHECK-NEXT:          %[[XV:.+]] = vector.broadcast %[[X]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[Y0:.+]] = vector.load %[[K]][%[[KK]], %[[J0]]]
+// CHECK-NEXT:          %[[P0:.+]] = arith.mulf %[[XV]], %[[Y0]]
+// CHECK-NEXT:          %[[N0:.+]] = arith.addf %[[S0]], %[[P0]]
+// CHECK-NEXT:          %[[Y1:.+]] = vector.load %[[K]][%[[KK]], %[[J1]]]
+// CHECK-NEXT:          %[[P1:.+]] = arith.mulf %[[XV]], %[[Y1]]
+// CHECK-NEXT:          %[[N1:.+]] = arith.addf %[[S1]], %[[P1]]
+// CHECK-NEXT:          scf.yield %[[N0]], %[[N1]]
+// CHECK-NEXT:        }
+// CHECK-NEXT:        vector.store %[[SUMS]]#0, %[[ACC]][%[[I]], %[[J0]]]
+// CHECK-NEXT:        vector.store %[[SUMS]]#1, %[[ACC]][%[[I]], %[[J1]]]
+// CHECK-NEXT:        scf.yield
+// CHECK-NEXT:      }
+// CHECK-NEXT:      default {
+// CHECK-NEXT:        %[[EIGHT:.+]] = arith.constant 8 : index
+// CHECK:             scf.for %{{.+}} = %{{.+}} to %{{.+}} step %[[EIGHT]] {
+func.func @registers(%q: memref<1x16xf32>, %k: memref<16x64xf32>, %acc: memref<1x64xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x16xf32>, memref<16x64xf32>) outs(%acc : memref<1x64xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A symbolic row length: the switch is decided at run time, one case per row of
+// 1 to 4 whole vectors.
+// CHECK-LABEL: func.func @symbolic(
+// CHECK-SAME:    %[[Q:[^:]+]]: memref<1x?xf32>, %[[K:[^:]+]]: memref<?x?xf32>, %[[ACC:[^:]+]]: memref<1x?xf32>)
+// CHECK:         %[[NDIM:.+]] = memref.dim %[[ACC]], %{{.+}}
+// CHECK:         %[[REM:.+]] = arith.remui %[[NDIM]], %[[W:.+]] : index
+// CHECK-NEXT:    %[[OK:.+]] = arith.cmpi eq, %[[REM]], %{{.+}} : index
+// CHECK:         %[[NV:.+]] = arith.divui %[[NDIM]], %{{.+}} : index
+// CHECK-NEXT:    %[[N:.+]] = arith.select %[[OK]], %[[NV]], %{{.+}} : index
+// CHECK-NEXT:    scf.index_switch %[[N]]
+// CHECK-NEXT:    case 1 {
+// CHECK:           scf.for {{.*}} -> (vector<32xf32>) {
+// CHECK:         case 2 {
+// CHECK:           scf.for {{.*}} -> (vector<32xf32>, vector<32xf32>) {
+// CHECK:         case 3 {
+// CHECK:           scf.for {{.*}} -> (vector<32xf32>, vector<32xf32>, vector<32xf32>) {
+// CHECK:         case 4 {
+// CHECK:           scf.for {{.*}} -> (vector<32xf32>, vector<32xf32>, vector<32xf32>, vector<32xf32>) {
+// CHECK-NOT:     case 5
+// CHECK:         default {
+func.func @symbolic(%q: memref<1x?xf32>, %k: memref<?x?xf32>, %acc: memref<1x?xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x?xf32>, memref<?x?xf32>) outs(%acc : memref<1x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A row of 160 is 5 vectors, longer than the registers hold: no switch.
+// CHECK-LABEL: func.func @long_rows(
+// CHECK-NOT:     scf.index_switch
+// CHECK:         vector.load
+// CHECK:         return
+func.func @long_rows(%q: memref<1x16xf32>, %k: memref<16x160xf32>, %acc: memref<1x160xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x16xf32>, memref<16x160xf32>) outs(%acc : memref<1x160xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A row of 8, shorter than one vector: scalar loops only.
+// CHECK-LABEL: func.func @short_rows(
+// CHECK-NOT:     vector.
+// CHECK:         memref.store
+// CHECK-NOT:     vector.
+// CHECK:         return
+func.func @short_rows(%q: memref<1x4xf32>, %k: memref<4x8xf32>, %acc: memref<1x8xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x4xf32>, memref<4x8xf32>) outs(%acc : memref<1x8xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A fused matmul (fuse-concat-matmul's second out, the concat's slot): one k at a
+// time, and the copy of each rhs row goes to the slot with non-temporal stores:
+// scalar ones up to the slot row's first 64-byte boundary, then aligned vectors, then
+// the scalar tail. The register rows need every slot row aligned, checked at run time.
+// CHECK-LABEL: func.func @fused(
+// CHECK-SAME:    %[[Q:[^:]+]]: memref<1x4xf32>, %[[A:[^:]+]]: memref<4x64xf32, strided<[?, 1], offset: ?>>,
+// CHECK-SAME:    %[[ACC:[^:]+]]: memref<1x64xf32>, %[[SLOT:[^:]+]]: memref<4x64xf32, strided<[?, 1], offset: ?>>)
+// CHECK:         %{{[^,]+}}, %[[OFF:[^,]+]], %{{[^,]+}}, %[[STRIDES:[^:]+]]:2 = memref.extract_strided_metadata %[[SLOT]]
+// CHECK-NEXT:    %[[BASE:.+]] = memref.extract_aligned_pointer_as_index %[[SLOT]]
+// CHECK:         scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:           arith.muli %[[STRIDES]]#0,
+// CHECK:           arith.muli %[[OFF]],
+// CHECK-NEXT:      arith.addi %[[BASE]],
+// CHECK:           scf.index_switch
+// CHECK-NEXT:      case 2 {
+// CHECK:             scf.for %[[KK:.+]] = {{.*}} iter_args
+// CHECK:               %[[Y0:.+]] = vector.load %[[A]][%[[KK]], %[[J0:[a-z0-9_]+]]]
+// CHECK:               vector.store %[[Y0]], %[[SLOT]][%[[KK]], %[[J0]]] {alignment = 64 : i64, nontemporal = true}
+// CHECK:               %[[Y1:.+]] = vector.load %[[A]][%[[KK]], %[[J1:[a-z0-9_]+]]]
+// CHECK:               vector.store %[[Y1]], %[[SLOT]][%[[KK]], %[[J1]]] {alignment = 64 : i64, nontemporal = true}
+// CHECK:           default {
+// CHECK-NEXT:        %[[ONE:.+]] = arith.constant 1 : index
+// CHECK:             scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %[[ONE]] {
+// CHECK:               %[[HEAD:.+]] = arith.minui
+// CHECK-NEXT:          scf.for %[[JH:.+]] = %{{.+}} to %[[HEAD]] step %{{.+}} {
+// CHECK:                 %[[YH:.+]] = memref.load %[[A]][%[[K0]], %[[JH]]]
+// CHECK:                 memref.store %[[YH]], %[[SLOT]][%[[K0]], %[[JH]]] {nontemporal = true}
+// CHECK:               scf.for %[[JV:.+]] = %[[HEAD]] to %[[JEND:.+]] step %{{.+}} {
+// CHECK:                 %[[YV:.+]] = vector.load %[[A]][%[[K0]], %[[JV]]]
+// CHECK:                 vector.store %[[YV]], %[[SLOT]][%[[K0]], %[[JV]]] {alignment = 64 : i64, nontemporal = true}
+// CHECK:               scf.for %[[JT:.+]] = %[[JEND]] to %{{.+}} step %{{.+}} {
+// CHECK:                 %[[YT:.+]] = memref.load %[[A]][%[[K0]], %[[JT]]]
+// CHECK:                 memref.store %[[YT]], %[[SLOT]][%[[K0]], %[[JT]]] {nontemporal = true}
+func.func @fused(%q: memref<1x4xf32>, %a: memref<4x64xf32, strided<[?, 1], offset: ?>>, %acc: memref<1x64xf32>, %slot: memref<4x64xf32, strided<[?, 1], offset: ?>>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out, #rhs], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %a : memref<1x4xf32>, memref<4x64xf32, strided<[?, 1], offset: ?>>)
+      outs(%acc, %slot : memref<1x64xf32>, memref<4x64xf32, strided<[?, 1], offset: ?>>) {
+  ^bb0(%x: f32, %y: f32, %s: f32, %c: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r, %y : f32, f32
+  }
+  return
+}
+
+// Not rewritten: f16 operands widened to an f32 accumulator (mixed element types),
+// and a matmul still on tensors (before bufferization).
+// CHECK-LABEL: func.func @untouched(
+// CHECK-NOT:     scf.for
+// CHECK:         linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : memref<1x4xf16>, memref<4x64xf16>) outs(%{{.+}} : memref<1x64xf32>)
+// CHECK:           arith.extf
+// CHECK:         linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : tensor<1x4xf32>, tensor<4x64xf32>) outs(%{{.+}} : tensor<1x64xf32>)
+// CHECK-NOT:     scf.for
+// CHECK:         return
+func.func @untouched(%q: memref<1x4xf16>, %k: memref<4x64xf16>, %acc: memref<1x64xf32>,
+                     %qt: tensor<1x4xf32>, %kt: tensor<4x64xf32>, %acct: tensor<1x64xf32>) -> tensor<1x64xf32> {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x4xf16>, memref<4x64xf16>) outs(%acc : memref<1x64xf32>) {
+  ^bb0(%x: f16, %y: f16, %s: f32):
+    %xf = arith.extf %x : f16 to f32
+    %yf = arith.extf %y : f16 to f32
+    %m = arith.mulf %xf, %yf : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  %t = linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%qt, %kt : tensor<1x4xf32>, tensor<4x64xf32>) outs(%acct : tensor<1x64xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  } -> tensor<1x64xf32>
+  return %t : tensor<1x64xf32>
+}

@@ -1,0 +1,65 @@
+"""The pass tests of tests/passes/ (one .mlir file per Kina pass, RUN and CHECK lines
+as in MLIR's own test suite), run by lit, one pytest case per file, so that a
+failing CHECK fails `make test` with lit's output (the command it ran and
+FileCheck's diagnostic) in the report.
+"""
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from kina import toolchain
+from kina.diagnostics import ToolError
+
+from conftest import ROOT
+
+SUITE = ROOT / "tests" / "passes"
+FILES = sorted(SUITE.glob("*.mlir"))
+LIT = [sys.executable, "-c", "import sys; from lit.main import main; sys.exit(main())"]
+
+
+def _missing() -> str | None:
+    """Why lit cannot run here, or None."""
+    if importlib.util.find_spec("lit") is None:
+        return "lit is not installed (pip install -e '.[dev]')"
+    try:
+        toolchain.find("FileCheck")
+    except ToolError as e:
+        return str(e)
+    return None
+
+
+def lit(*paths) -> subprocess.CompletedProcess:
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    return subprocess.run([*LIT, "-v", *map(str, paths)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_pass(path):
+    proc = lit(path)
+    assert proc.returncode == 0, f"lit failed on {path.name}:\n{proc.stdout}\n{proc.stderr}"
+    assert f"PASS: kina-passes :: {path.name}" in proc.stdout, proc.stdout
+
+
+def test_every_kina_pass_has_a_file():
+    from kina.passes import PASSES
+    assert {f"{p.name}.mlir" for p in PASSES if p.kind == "kina"} <= {p.name for p in FILES}
+
+
+def test_a_check_that_cannot_match_fails(tmp_path):
+    """The suite's own configuration, on a file whose CHECK is not in the output."""
+    (tmp_path / "lit.cfg.py").write_text(f"lit_config.load_config(config, {str(SUITE / 'lit.cfg.py')!r})\n")
+    (tmp_path / "never.mlir").write_text(
+        "// RUN: kinac opt %s --passes exp-to-arith | FileCheck %s\n"
+        "// CHECK: func.func @this_name_is_not_in_the_input\n"
+        "func.func @f(%x: f32) -> f32 {\n"
+        "  %e = math.exp %x : f32\n"
+        "  return %e : f32\n"
+        "}\n")
+    proc = lit(tmp_path / "never.mlir")
+    assert proc.returncode != 0, proc.stdout
+    assert "FAIL: kina-passes :: never.mlir" in proc.stdout, proc.stdout
+    assert "expected string not found in input" in proc.stdout + proc.stderr, proc.stdout
