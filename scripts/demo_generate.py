@@ -7,8 +7,9 @@
 The prompt is `--prompt` seeded random token ids. With the cache (the default)
 the prompt goes through one prefill and every new token through one in-place
 KV-cache step; `--no-cache` recomputes full causal attention at every step.
-A progress bar with the latest step's time goes to stderr; the summary (time
-per step at a few points, total, tokens/s, the first generated ids, cache
+A tqdm progress bar with the latest step's time and token goes to stderr (only
+when stderr is a terminal, so piped or logged runs stay clean); the summary
+(time per step at a few points, total, tokens/s, the first generated ids, cache
 bytes) goes to stdout.
 """
 from __future__ import annotations
@@ -16,26 +17,30 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 
 import numpy as np
+from tqdm import tqdm
 
 from kina.decode import TinyDecoder
 
 
-def progress(total: int, stream=None, width: int = 40):
-    """An on_step callback drawing `[#####.....] i/total  step ms` on one line of `stream` (stderr)."""
-    stream = stream or sys.stderr
+@contextmanager
+def progress(total: int, stream=None):
+    """An on_step callback for TinyDecoder.trace that advances a tqdm bar on `stream` (stderr),
+    showing the latest step's time and token; the bar is closed on leaving the block.
+    disable=None is tqdm's "only on a terminal": piped or captured, nothing is written."""
+    bar = tqdm(total=total, file=stream or sys.stderr, unit="tok", disable=None)
 
     def on_step(i: int, token: int, seconds: float) -> None:
-        done = i + 1
-        if done == total or done % max(1, total // 200) == 0:
-            filled = width * done // total
-            stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  "
-                         f"step {seconds * 1e3:7.3f} ms  token {token:5d}")
-            if done == total:
-                stream.write("\n")
-            stream.flush()
-    return on_step
+        if not bar.disable:
+            # refresh=False: tqdm redraws at most every mininterval (0.1 s), not once per step
+            bar.set_postfix_str(f"step {seconds * 1e3:7.3f} ms, token {token:5d}", refresh=False)
+            bar.update()
+    try:
+        yield on_step
+    finally:
+        bar.close()
 
 
 def main(argv: list[str]) -> int:
@@ -62,9 +67,10 @@ def main(argv: list[str]) -> int:
     model.trace(prompt, 1, use_cache=not args.no_cache)  # compiles (or loads) the Kina kernels
     print(f"kernels ready in {time.perf_counter() - t0:.2f} s")
 
-    t0 = time.perf_counter()
-    run = model.trace(prompt, args.tokens, use_cache=not args.no_cache, on_step=progress(args.tokens))
-    total = time.perf_counter() - t0
+    with progress(args.tokens) as on_step:
+        t0 = time.perf_counter()
+        run = model.trace(prompt, args.tokens, use_cache=not args.no_cache, on_step=on_step)
+        total = time.perf_counter() - t0
     steps = np.array(run.step_seconds)
     print(f"first step (prefill of {args.prompt} tokens): {steps[0] * 1e3:.3f} ms")
     for n in sorted({min(args.tokens, k) for k in (10, 100, 250, 500, 1000, args.tokens)} - {1}):

@@ -483,7 +483,7 @@ def test_demo_script():
     status, out, err = _run_script("demo_generate", ["--tokens", "40", "--prompt", "4", "--d-model", "16"])
     assert status == 0
     assert "total" in out and "tokens/s" in out and "KV cache: 2 layers" in out
-    assert "40/40" in err and "#" * 40 in err
+    assert err == ""  # captured stderr is no terminal, so no tqdm bar (tests/test_plots.py checks it on one)
 
 
 def test_bench_script():
