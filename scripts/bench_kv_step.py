@@ -6,6 +6,8 @@ Run it (from the repo root; the `env -u` matters, see below):
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_kv_step.py
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_kv_step.py --quick
     ... scripts/bench_kv_step.py --shapes 32x128 --s-past 2047,8191 --repeats 21 --json build/b.json
+    ... scripts/bench_kv_step.py --repeats 3 --plot docs/bench_kv_step.png
+    .venv/bin/python scripts/bench_kv_step.py --plot FILE.png --from-json build/bench_kv_step.json
 
 Some machines here set OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, which force an older, slower
 OpenBLAS kernel under NumPy; unset both together, for this command only (never in tests or
@@ -66,6 +68,10 @@ Targets (issue 6), judged on the medians, checked for caches (K+V of S_past+1 po
 <= 1.3x its floor; kina functional faster than torch 1T and 2T; cold compile <= 300 ms.
 The JSON (--json, default build/bench_kv_step.json) has every figure, the samples and the checks.
 The exit status is 0 whether or not the targets pass: this measures, it does not gate.
+
+--plot FILE.png draws each variant's median time against the cache size, one panel per HxDh,
+with both floors (needs matplotlib, in the [bench] extra); with --from-json it draws a
+report written earlier instead of measuring.
 """
 from __future__ import annotations
 
@@ -90,6 +96,7 @@ from typing import Callable
 import numpy as np
 
 import kina
+import plotting
 from kina.decode import KVCache
 from kina.runtime import empty as aligned_empty
 from kina.runtime import bind
@@ -521,6 +528,70 @@ def print_size(r: dict) -> None:
         print(f"  {name:<17} {span:>30} {ratio:>7} {best:>7}  {v['vs']:<15} {v['ratio_floor']:>7.2f}")
 
 
+# -- plot --------------------------------------------------------------------------
+
+REPORT_FORMAT = "kina-bench-kv-step-1"
+# Colour and marker by implementation, line by the floor a variant is held to: solid functional,
+# dashed in place. A variant not listed here still gets drawn, in the next default colour.
+LOOKS = {"kina functional": ("tab:blue", "o"), "kina in place": ("tab:blue", "o"), "kina fn() API": ("tab:purple", "x"),
+         "numpy": ("tab:orange", "s"), "numpy in place": ("tab:orange", "s"),
+         "torch 1T": ("tab:green", "^"), "torch 2T": ("tab:olive", "v")}
+FLOOR_LINES = {"functional": "-", "in place": "--"}
+
+
+def load_report(path: str) -> dict:
+    """A report written by this script (--json), or SystemExit saying what is wrong with the file."""
+    try:
+        report = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise SystemExit(f"error: --from-json: cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise SystemExit(f"error: --from-json: {path} is not JSON: {e}") from None
+    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+        got = report.get("format") if isinstance(report, dict) else type(report).__name__
+        raise SystemExit(f"error: --from-json: expected a {REPORT_FORMAT!r} report (from --json), "
+                         f"got format {got!r} in {path}")
+    return report
+
+
+def plot(report: dict, path: str | Path) -> Path:
+    """Each variant's median time per cache size, with the two floors: one panel per HxDh."""
+    shapes = list(dict.fromkeys((r["H"], r["Dh"]) for r in report["sizes"]))
+    fig, axes = plotting.figure(560, ncols=len(shapes), layout="constrained", squeeze=False)
+    for ax, (H, Dh) in zip(axes[0], shapes):
+        rows = sorted((r for r in report["sizes"] if (r["H"], r["Dh"]) == (H, Dh)), key=lambda r: r["cache_bytes"])
+        mib = [r["cache_bytes"] / MIB for r in rows]
+        for name in dict.fromkeys(n for r in rows for n in r["variants"]):
+            have = [(m, r["variants"][name]) for m, r in zip(mib, rows) if name in r["variants"]]
+            colour, marker = LOOKS.get(name, (None, "o"))
+            ax.plot([m for m, _ in have], [v["median_s"] * 1e3 for _, v in have],
+                    FLOOR_LINES.get(have[0][1]["floor"], ":"), marker=marker, ms=5, color=colour, label=name)
+        for kind, style in FLOOR_LINES.items():
+            ax.plot(mib, [r["floor_s"][kind] * 1e3 for r in rows], style, color="black", lw=3, alpha=0.3,
+                    label=f"floor, {kind}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(mib, [f"{m:g}\nS={r['S_past']}" for m, r in zip(mib, rows)])
+        ax.set_xticks([], minor=True)  # the sizes measured, and no others
+        plotting.plain_log_ticks(ax.yaxis)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_title(f"H={H} heads, Dh={Dh}")
+        ax.set_xlabel("K+V cache attended, MiB (S = S_past)")
+    axes[0][0].set_ylabel("time per step, ms (median, log scale)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4)
+
+    m, bw, args = report["machine"], report["bandwidth"]["Bps"], report["args"]
+    defaults = vars(parse_args([]))
+    subset = [f"--{k.replace('_', '-')} {args[k]}" for k in ("shapes", "s_past") if args.get(k) != defaults[k]]
+    fig.suptitle(f"kv_step decode step (F32, B=1): median of {args['repeats']} samples per variant"
+                 + (f" (sizes limited: {' '.join(subset)})" if subset else "")
+                 + f"\n{m['cores']} cores, {m['cpu']}, shared with other work (noisy); Kina and NumPy on one thread"
+                 f"\nfloor = bytes the step moves at the measured read {bw['read'] / 1e9:.1f} GB/s and "
+                 f"copy {bw['copy'] / 1e9:.1f} GB/s; kina @ {report['versions']['commit']}", fontsize=10.5)
+    return plotting.save(fig, path)
+
+
 def checks(results: list[dict], compile_t: dict | None) -> list[dict]:
     out = []
 
@@ -565,7 +636,13 @@ def parse_args(argv=None):
     p.add_argument("--skip", default="", help="comma-separated variant names to leave out, e.g. 'torch 2T'")
     p.add_argument("--quick", action="store_true", help="a fast look: S_past 127,2047, 5 repeats, 3 compiles")
     p.add_argument("--json", default=str(ROOT / "build" / "bench_kv_step.json"), help="where to write the JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the times per cache size, with the floors")
+    p.add_argument("--from-json", metavar="FILE", help="with --plot: draw this report (from --json), measure nothing")
     a = p.parse_args(argv)
+    if a.from_json and not a.plot:
+        p.error("--from-json draws a report: give --plot FILE.png too")
+    if a.plot:
+        plotting.check_target(a.plot)  # before a long run, not after it
     if a.quick:
         a.s_past, a.repeats, a.compile_repeats, a.bw_repeats = "127,2047", 5, 3, 3
     a.sizes = [Size(*map(int, hd.lower().split("x")), int(s)) for hd in a.shapes.split(",") for s in a.s_past.split(",")]
@@ -576,6 +653,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.from_json:
+        print(f"wrote {plot(load_report(args.from_json), args.plot)}")
+        return 0
     notes: list[str] = []
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if os.environ.get(var):
@@ -657,6 +737,8 @@ def main(argv=None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {path}")
+    if args.plot:
+        print(f"wrote {plot(report, args.plot)}")
     return 0
 
 
