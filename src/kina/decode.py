@@ -104,6 +104,14 @@ class KVCache:
         self._v = runtime.zeros((B, H, T, Dh), self.dtype)
         self._n = 0
         self._kernels = _program("attention", self.dtype)
+        # The in-place step's kernel call, prepared once on this cache's buffers: per step
+        # only the fill (a size in two descriptors), the context's pointer and the query
+        # and scale values change (q and scale are copied into fixed buffers).
+        self._bytes_per_position = B * H * Dh * self.dtype.itemsize
+        self._q = runtime.empty((B, H, 1, Dh), self.dtype)
+        self._s = runtime.empty((1, 1, 1, 1), self.dtype)
+        self._call = self._kernels.attend.prepare([self._q, self._k, self._v, self._s],
+                                                  [runtime.empty((B, H, 1, Dh), self.dtype)])
 
     def __repr__(self) -> str:
         return (f"KVCache(batch={self.batch}, n_heads={self.n_heads}, head_dim={self.head_dim}, "
@@ -217,12 +225,12 @@ class KVCache:
     def _query(self, where: str, q) -> None:
         self._check(where, "q", q, (self.batch, self.n_heads, 1, self.head_dim))
 
-    def _scale(self, where: str, scale) -> np.ndarray:
+    def _scale(self, where: str, scale) -> float:
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
             raise TypeError(f"{where}: scale must be a real number, got {type(scale).__name__}")
         if not math.isfinite(scale):
             raise ValueError(f"{where}: scale must be finite, got {scale}")
-        return np.full((1, 1, 1, 1), scale, self.dtype)
+        return scale
 
     def score(self, q: np.ndarray) -> np.ndarray:
         """q [B, H, 1, Dh] -> pre-softmax scores q·k [B, H, 1, n_filled]."""
@@ -242,13 +250,22 @@ class KVCache:
             raise ValueError("attend: the cache is empty (n_filled = 0): append at least one position first")
         return self._attend(q, s)
 
-    def _attend(self, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    def _attend(self, q: np.ndarray, scale: float) -> np.ndarray:
         # Every argument is known good here (q checked by the caller, the rest built by
         # this cache), so the kernel is called without the runtime's per-call checks.
         n = self._n
-        out = runtime.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
-        args = [runtime.as_passable(q), self._k[..., :n], self._v[:, :, :n, :], scale]
-        self._kernels.attend.call_unchecked(args, [out], self.threads)
+        out = np.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
+        self._s[0, 0, 0, 0] = scale
+        if self.threads > 1 and 2 * n * self._bytes_per_position >= runtime.PARALLEL_MIN_BYTES:
+            args = [runtime.as_passable(q), self._k[..., :n], self._v[:, :, :n, :], self._s]
+            self._kernels.attend.call_unchecked(args, [out], self.threads)
+            return out
+        self._q[...] = q
+        call = self._call
+        call.set_size(1, 3, n)  # K^T [B, H, Dh, n]
+        call.set_size(2, 2, n)  # V [B, H, n, Dh]
+        call.set_data(4, out)
+        call()
         return out
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
@@ -282,7 +299,7 @@ def prefill(cache: KVCache, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray,
     if n == 0:
         raise ValueError("prefill: k_new and v_new hold no positions: expected P >= 1")
     cache._check("prefill", "q", q, (cache.batch, cache.n_heads, n, cache.head_dim))
-    s = cache._scale("prefill", scale)
+    s = np.full((1, 1, 1, 1), cache._scale("prefill", scale), cache.dtype)
     kernel = _program("prefill", cache.dtype).prefill
     past = cache.n_filled
     k_all, v_all, context = kernel(q, cache.keys(), k_new, cache.values(), v_new, causal_mask(past, n, cache.dtype), s)

@@ -420,6 +420,11 @@ class Function:
         for f in done:
             f.result()
 
+    def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> "PreparedCall":
+        """A call on fixed buffers whose descriptors are built once (see PreparedCall);
+        like `call_unchecked`, nothing is checked."""
+        return PreparedCall(self, arrays, outs)
+
     def _run(self, arrays, outs) -> None:
         words = _descriptor_words((*arrays, *outs))
         base = words.buffer_info()[0]
@@ -445,6 +450,36 @@ class Function:
             return [([part(a, lo, hi) for a in arrays], [part(o, lo, hi) for o in outs])
                     for lo, hi in zip(bounds, bounds[1:])]
         return None
+
+
+class PreparedCall:
+    """One call's memref descriptors, built once, for a caller that calls the same
+    kernel on the same buffers again and again (kina.decode's in-place step): it
+    patches what changes (a size, a data pointer) and calls, one ctypes call and no
+    allocation. The arrays given must stay alive, and every patch must keep each
+    descriptor valid for its buffer: nothing is checked."""
+
+    def __init__(self, fn: Function, arrays: list[np.ndarray], outs: list[np.ndarray]):
+        self._fn = fn
+        self._buffers = (*arrays, *outs)  # kept alive: the descriptors point into them
+        self._raw = _descriptor_words(self._buffers)
+        self.words = np.frombuffer(self._raw, np.int64)
+        base = self._raw.buffer_info()[0]
+        self._starts = [offset // 8 for offset in fn._offsets]
+        self._pointers = [base + offset for offset in fn._offsets]
+
+    def set_size(self, arg: int, axis: int, n: int) -> None:
+        """Argument `arg` (inputs first, then outs) is now `n` long along `axis`."""
+        self.words[self._starts[arg] + 3 + axis] = n
+
+    def set_data(self, arg: int, a: np.ndarray) -> None:
+        """Argument `arg` now points at `a`'s data (same shape and strides as before)."""
+        self.words[self._starts[arg]] = self.words[self._starts[arg] + 1] = a.ctypes.data
+
+    def __call__(self) -> None:
+        if self._fn._module.closed:
+            raise ValueError(f"{self._fn.__name__}(): the module {self._fn._module.path.name} is closed")
+        self._fn._cfunc(*self._pointers)
 
 
 class Module:
