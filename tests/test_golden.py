@@ -170,6 +170,9 @@ def test_upstream_segments_match_the_mlir_opt_binary(name, level, mlir_opt, tmp_
         p = passes.BY_NAME.get(after.stem.split("-", 1)[1])
         if p is None or not p.pipeline:
             continue
+        if p.only_for and p.only_for not in before.read_text():  # skipped: the module has no such type
+            assert _canonical(before.read_text()) == _canonical(after.read_text()), p.name
+            continue
         proc = subprocess.run([mlir_opt, str(before), f"--pass-pipeline=builtin.module({p.pipeline})"],
                               capture_output=True, text=True)
         assert proc.returncode == 0, f"{p.name}: {proc.stderr}"
