@@ -50,3 +50,13 @@ func.func @ordinary_stores(%v: vector<16xf32>, %x: f32, %m: memref<64xf32>, %i: 
   memref.store %x, %m[%i] : memref<64xf32>
   return
 }
+
+// A store whose nontemporal attribute is false is an ordinary store: no fence.
+// CHECK-LABEL: func.func @temporal_false(
+// CHECK-NOT:     llvm.fence
+// CHECK:         return
+func.func @temporal_false(%m: memref<8xf32>, %v: vector<8xf32>) {
+  %c0 = arith.constant 0 : index
+  vector.store %v, %m[%c0] {nontemporal = false} : memref<8xf32>, vector<8xf32>
+  return
+}

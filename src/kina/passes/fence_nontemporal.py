@@ -25,7 +25,8 @@ def run(module_op) -> None:
         nontemporal, returns = [], []
 
         def visit(op):
-            if op.name in ("vector.store", "memref.store") and "nontemporal" in op.attributes:
+            if op.name in ("vector.store", "memref.store") and "nontemporal" in op.attributes and \
+                    ir.BoolAttr(op.attributes["nontemporal"]).value:
                 nontemporal.append(op)
             elif op.name == "func.return":
                 returns.append(op)
