@@ -93,12 +93,16 @@ def test_matmul_types():
 
 
 @pytest.mark.parametrize("expr,params,fragment", [
-    ("a @ b", dict(a=T("3"), b=T("3")), "matmul: operands must have rank >= 2, got rank 1"),
-    ("a @ b", dict(a=T("2, 3"), b=T("1, 3, 2")), "matmul: ranks differ"),
+    ("a @ b", dict(a=T("3"), b=T("3")), "matmul: operands must have rank >= 2: lhs [3] has rank 1"),
+    ("a @ b", dict(a=T("2, 3"), b=T("3")), "matmul: operands must have rank >= 2: rhs [3] has rank 1"),
     ("a @ b", dict(a=T("2, 3", "I32"), b=T("3, 2", "I32")), "matmul: needs a floating dtype"),
     ("a @ b", dict(a=T("2, 3"), b=T("3, 2", "F16")), "matmul: dtypes differ"),
     ("a @ b", dict(a=T("2, 3"), b=T("3, 2", placement="device")), "matmul: placements differ"),
-    ("a @ b", dict(a=T("2, 2, 3"), b=T("3, 3, 2")), "matmul: batch dim 0 differs: lhs [2, 2, 3] has 2, rhs [3, 3, 2] has 3"),
+    ("a @ b", dict(a=T("2, 2, 3"), b=T("3, 3, 2")),
+     "matmul: batch dims do not broadcast: lhs [2, 2, 3] has 2 at dim 0, rhs [3, 3, 2] has 3 at dim 0 "
+     "(aligned from the right, each pair of batch dims must be equal or one of them 1)"),
+    ("a @ b", dict(a=T("2, 4, 1, 3"), b=T("3, 3, 2")), "lhs [2, 4, 1, 3] has 4 at dim 1, rhs [3, 3, 2] has 3 at dim 0"),
+    ("a @ b", dict(a=T("S, 1, 3"), b=T("T, 3, 2")), "lhs [S, 1, 3] has S at dim 0, rhs [T, 3, 2] has T at dim 0"),
     ("a @ b", dict(a=T("1, 2, 1, 3"), b=T("1, 2, 2, 4")),
      "matmul: contraction dims differ: lhs [1, 2, 1, 3] has K=3, rhs [1, 2, 2, 4] has K=2"),
 ])
@@ -121,12 +125,13 @@ def test_shape_errors_carry_notes_at_the_definitions():
     assert [(loc.line, msg) for loc, msg in e.notes] == [(1, "lhs 'a' defined here"), (1, "rhs 'b' defined here")]
 
 
-# -- broadcast, *, + ---------------------------------------------------------------------
+# -- broadcast, *, +, -, / ---------------------------------------------------------------
 
-@pytest.mark.parametrize("op", ["*", "+"])
+@pytest.mark.parametrize("op", ["*", "+", "-", "/"])
 def test_elementwise_types(op):
     assert typeof(f"a {op} b", a=T("2, 3"), b=T("2, 3")) == ty("2, 3")
-    assert typeof(f"a {op} b", a=T("2, 3", "I32"), b=T("2, 3", "I32")) == ty("2, 3", "I32")
+    if op != "/":
+        assert typeof(f"a {op} b", a=T("2, 3", "I32"), b=T("2, 3", "I32")) == ty("2, 3", "I32")
     assert typeof(f"a {op} b", a=T("B, S+1"), b=T("B, S+1"), s=T("S")) == ty("B, S+1")
     assert typeof(f"a {op} broadcast(b)", a=T("B, H, 1, S"), b=T("1, 1, 1, 1")) == ty("B, H, 1, S")
     assert typeof(f"broadcast(b) {op} a", a=T("B, 4"), b=T("B, 1")) == ty("B, 4")
@@ -139,7 +144,7 @@ def test_broadcast_node_gets_the_stretched_type():
     assert mul.rhs.type == ty("2, 3") and mul.rhs.operand.type == ty("1, 1")
 
 
-@pytest.mark.parametrize("op,what", [("*", "'*'"), ("+", "'+'")])
+@pytest.mark.parametrize("op,what", [("*", "'*'"), ("+", "'+'"), ("-", "'-'"), ("/", "'/'")])
 @pytest.mark.parametrize("lhs,rhs,fragment", [
     ("a", "b", "shapes differ: lhs [2, 3], rhs [2, 1] (dim 1: 3 vs 1)"),
     ("a", "broadcast(c)", "cannot broadcast dim 1: lhs [2, 3] has 3, rhs [2, 2] has 2"),
@@ -155,10 +160,169 @@ def test_elementwise_errors(op, what, lhs, rhs, fragment):
     assert e.message.startswith(f"{what}: ") and fragment in e.message
 
 
-def test_broadcast_only_as_an_operand_of_mul_or_add():
-    for expr in ("broadcast(a)", "broadcast(a) @ a", "softmax(broadcast(a), axis=0)"):
-        with pytest.raises(KinaError, match=r"broadcast\(\.\.\.\) may only appear as an operand"):
+def test_broadcast_only_as_an_operand_of_an_elementwise_op():
+    for expr in ("broadcast(a)", "broadcast(a) @ a", "softmax(broadcast(a), axis=0)", "-broadcast(a)",
+                 "exp(broadcast(a))", "sum(broadcast(a), axis=0)", "transpose[perm=[1, 0]] broadcast(a)"):
+        with pytest.raises(KinaError, match=r"broadcast\(\.\.\.\) may only appear as an operand of '\+', '-', "):
             typeof(expr, a=T("1, 1"))
+
+
+def test_division_needs_a_floating_dtype():
+    assert "'/': needs a floating dtype (F16, BF16, F32, F64), got I64" in \
+        error("a / a", a=T("2", "I64")).message
+    assert "'/': needs a floating dtype" in error("a / 2", a=T("2", "I32")).message
+
+
+# -- numbers -------------------------------------------------------------------------------
+
+def test_a_number_takes_the_other_operands_dtype_and_shape():
+    for expr in ("a * 2", "2 * a", "a + 0.5", "1e-6 + a", "a - -1", "1 / a", "-0.5 * a", "a * -(2)"):
+        fn = checked(program_of(expr, dict(a=T("B, S", "F16")))).functions[0]
+        e = fn.body[0].value
+        number = e.lhs if isinstance(e.lhs, ast.Number) else e.rhs
+        assert e.type == number.type == ty("B, S", "F16"), expr
+    assert typeof("a * 3 + 1", a=T("2", "I64")) == ty("2", "I64")
+    assert typeof("a * 2.0", a=T("2", "I32")) == ty("2", "I32")  # an integer written as a float
+
+
+def test_a_number_is_not_a_temporary():
+    fn = checked(program_of("a * 2", dict(a=T("3")))).functions[0]
+    assert fn.sig.temporaries == (ty("3"),)
+
+
+@pytest.mark.parametrize("expr,dtype,col,fragment", [
+    ("2 * 3", "F32", 11, "'*': both operands are numbers: one of them must be a tensor"),
+    ("a * 0.5", "I32", 15, "'*': the number 0.5 is not an integer; a number takes the dtype of the other operand, I32"),
+    ("a + 3000000000", "I32", 15, "'+': the number 3000000000 is out of the range "
+     "of I32 (-2147483648 to 2147483647); a number takes the dtype of the other operand, I32"),
+    ("a * 70000", "F16", 15, "'*': the number 70000 is too large for F16 (its "
+     "largest finite value is 65504); a number takes the dtype of the other operand, F16"),
+    ("a * 1e39", "F32", 15, "'*': the number 1e+39 is too large for F32 (its "
+     "largest finite value is 3.40282e+38); a number takes the dtype of the other operand, F32"),
+    ("a + 1e-8", "F16", 15, "'+': the number 1e-08 is too small for F16: it would round to 0"),
+    ("broadcast(a) * 2", "F32", 11, "broadcast(...) has nothing to stretch to: the other operand of '*' is a number"),
+])
+def test_number_errors(expr, dtype, col, fragment):
+    with pytest.raises(KinaError) as info:
+        typeof(expr, a=T("2", dtype))
+    assert (info.value.loc.line, info.value.loc.col, info.value.message) == (EXPR_LINE, col, fragment)
+
+
+@pytest.mark.parametrize("expr", ["2", "-2", "exp(2)", "concat[axis=0] a 2", "a @ 2", "sum(1, axis=0)",
+                                  "transpose[perm=[0]] 2"])
+def test_a_number_is_only_an_operand_of_an_elementwise_op(expr):
+    with pytest.raises(KinaError, match="a number may only appear as an operand of '\\+', '-', '\\*' or '/' "
+                                        "\\(it takes the other operand's dtype and shape\\)"):
+        typeof(expr, a=T("2"))
+
+
+# -- unary functions ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("f", ["-{}", "exp({})", "sqrt({})", "rsqrt({})", "sigmoid({})"])
+def test_unary_functions_keep_the_type(f):
+    assert typeof(f.format("a"), a=T("B, S+1", "BF16"), s=T("S")) == ty("B, S+1", "BF16")
+
+
+def test_unary_minus_takes_integers_and_the_others_need_floats():
+    assert typeof("-a", a=T("2", "I32")) == ty("2", "I32")
+    for name in ("exp", "sqrt", "rsqrt", "sigmoid"):
+        e = error(f"{name}(a)", a=T("2", "I64"))
+        assert e.message == f"{name}: needs a floating dtype (F16, BF16, F32, F64), got I64"
+        assert [msg for _, msg in e.notes] == ["operand 'a' defined here"]
+
+
+# -- reductions ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["sum", "max", "mean"])
+def test_reductions_keep_the_rank(name):
+    assert typeof(f"{name}(a, axis=3)", a=T("B, H, 1, S+1"), s=T("S")) == ty("B, H, 1, 1")
+    assert typeof(f"{name}(a, axis=0)", a=T("S, 4", "F16")) == ty("1, 4", "F16")
+    assert typeof(f"a - broadcast({name}(a, axis=1))", a=T("B, S")) == ty("B, S")
+    if name != "mean":
+        assert typeof(f"{name}(a, axis=0)", a=T("2", "I32")) == ty("1", "I32")
+
+
+@pytest.mark.parametrize("expr,params,fragment", [
+    ("sum(a, axis=2)", dict(a=T("2, 3")), "sum: axis 2 is out of range for rank 2 (expected 0 to 1)"),
+    ("max(a, axis=0)", dict(a=T("")), "max: operand has rank 0, so there is no axis 0"),
+    ("mean(a, axis=0)", dict(a=T("2", "I32")), "mean: needs a floating dtype (F16, BF16, F32, F64), got I32"),
+])
+def test_reduction_errors(expr, params, fragment):
+    assert error(expr, **params).message == fragment
+
+
+# -- transpose, reshape, slice -------------------------------------------------------------------
+
+def test_transpose_types():
+    assert typeof("transpose[perm=[0, 2, 1, 3]] a", a=T("B, 1, H, Dh")) == ty("B, H, 1, Dh")
+    assert typeof("transpose[perm=[1, 2, 0]] a", a=T("2, S+1, 4", "I64"), s=T("S")) == ty("S+1, 4, 2", "I64")
+
+
+@pytest.mark.parametrize("perm,fragment", [
+    ("0, 1", "transpose: perm [0, 1] has 2 entries but the operand [2, 3, 4] has rank 3"),
+    ("0, 1, 3", "transpose: perm [0, 1, 3] is not a permutation of 0 to 2: 3 is out of range"),
+    ("0, 2, 2", "transpose: perm [0, 2, 2] is not a permutation of 0 to 2: 2 appears 2 times"),
+])
+def test_transpose_errors(perm, fragment):
+    assert error(f"transpose[perm=[{perm}]] a", a=T("2, 3, 4")).message == fragment
+
+
+@pytest.mark.parametrize("expr,params,want", [
+    ("reshape[dims=[B, 1, 8, 64]] a", dict(a=T("B, 1, 512")), "B, 1, 8, 64"),
+    ("reshape[dims=[B, 512]] a", dict(a=T("B, 8, 64")), "B, 512"),
+    ("reshape[dims=[2, B, 12]] a", dict(a=T("B, 4, 6")), "2, B, 12"),  # symbolic dims in order, statics anywhere
+    ("reshape[dims=[S+1, 1, 6]] a", dict(a=T("2, S+1, 3"), s=T("S")), "S+1, 1, 6"),
+    ("reshape[dims=[]] a", dict(a=T("1, 1")), ""),
+    ("reshape[dims=[0, 7]] a", dict(a=T("3, 0")), "0, 7"),
+])
+def test_reshape_types(expr, params, want):
+    assert typeof(expr, **params) == ty(want)
+
+
+@pytest.mark.parametrize("expr,params,fragment", [
+    ("reshape[dims=[B, 1, 8, 32]] a", dict(a=T("B, 1, 512")),
+     "reshape: element counts differ: the operand [B, 1, 512] has B*512, the result [B, 1, 8, 32] has B*256"),
+    ("reshape[dims=[S, B, 4]] a", dict(a=T("B, S, 4")),
+     "reshape: the symbolic dims must stay, in order: the operand [B, S, 4] has B, S, the result [S, B, 4] has S, B"),
+    ("reshape[dims=[64]] a", dict(a=T("S, 64")),
+     "reshape: the symbolic dims must stay, in order: the operand [S, 64] has S, the result [64] has none"),
+    ("reshape[dims=[S, 2]] a", dict(a=T("S+1, 2"), s=T("S")),
+     "reshape: the symbolic dims must stay, in order: the operand [S+1, 2] has S+1, the result [S, 2] has S"),
+    ("reshape[dims=[5]] a", dict(a=T("2, 3")), "reshape: element counts differ: the operand [2, 3] has 6, the result [5] has 5"),
+    ("reshape[dims=[6]] a", dict(a=T("S+1, 3"), s=T("S")),
+     "reshape: the symbolic dims must stay, in order: the operand [S+1, 3] has S+1, the result [6] has none"),
+])
+def test_reshape_errors(expr, params, fragment):
+    assert error(expr, **params).message == fragment
+
+
+def test_reshape_dim_names_are_bound_and_specialised():
+    e = fn_error(program_of("reshape[dims=[N, 4]] a", dict(a=T("S, 4"))))
+    assert (e.loc.line, e.loc.col, e.message) == (2, 25, "reshape: dim name 'N' is not bound by any parameter")
+    fn = check.check(syntax.parse(program_of("reshape[dims=[S, 2, 2]] a", dict(a=T("S, 4")))), dims={"S": 3}).functions[0]
+    assert fn.body[0].value.type == ty("3, 2, 2") and fn.body[0].value.dims == (Dim(3), Dim(2), Dim(2))
+
+
+@pytest.mark.parametrize("expr,params,want", [
+    ("slice[axis=3, start=0, size=32] a", dict(a=T("B, H, 1, 64")), "B, H, 1, 32"),
+    ("slice[axis=0, start=1, size=2] a", dict(a=T("S+3, 4"), s=T("S")), "2, 4"),
+    ("slice[axis=1, start=5, size=0] a", dict(a=T("2, 5")), "2, 0"),
+])
+def test_slice_types(expr, params, want):
+    assert typeof(expr, **params) == ty(want)
+
+
+@pytest.mark.parametrize("expr,params,fragment", [
+    ("slice[axis=1, start=2, size=3] a", dict(a=T("2, 4")),
+     "slice: start 2 + size 3 = 5 is past the end: dim 1 of [2, 4] is 4"),
+    ("slice[axis=0, start=0, size=1] a", dict(a=T("S, 4")),
+     "slice: start 0 + size 1 = 1 is past the end: dim 0 of [S, 4] is S, which is only sure to be at least 0"),
+    ("slice[axis=0, start=1, size=1] a", dict(a=T("S+1, 4"), s=T("S")),
+     "slice: start 1 + size 1 = 2 is past the end: dim 0 of [S+1, 4] is S+1, which is only sure to be at least 1"),
+    ("slice[axis=2, start=0, size=1] a", dict(a=T("2, 4")), "slice: axis 2 is out of range for rank 2 (expected 0 to 1)"),
+])
+def test_slice_errors(expr, params, fragment):
+    assert error(expr, **params).message == fragment
 
 
 # -- softmax -----------------------------------------------------------------------------

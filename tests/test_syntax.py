@@ -97,6 +97,60 @@ def test_broadcast_and_softmax():
         E(9, 32), ast.MatMul(E(17, 22), N("a", 17), N("b", 21)), 12)
 
 
+def test_minus_and_divide_share_the_levels_of_plus_and_times():
+    # a - b * c  ==  a - (b * c);  a / b @ c  ==  (a / b) @ c;  a - b + c  ==  (a - b) + c
+    assert parse_expr("a - b * c") == ast.Sub(E(9, 18), N("a", 9), ast.Mul(E(13, 18), N("b", 13), N("c", 17)))
+    assert parse_expr("a / b @ c") == ast.MatMul(E(9, 18), ast.Div(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+    assert parse_expr("a - b + c") == ast.Add(E(9, 18), ast.Sub(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+    assert parse_expr("a * b / c") == ast.Div(E(9, 18), ast.Mul(E(9, 14), N("a", 9), N("b", 13)), N("c", 17))
+
+
+def test_unary_minus_binds_tighter_than_times():
+    # -a * b  ==  (-a) * b;  a - -b  ==  a - (-b);  - -a is two negations
+    assert parse_expr("-a * b") == ast.Mul(E(9, 15), ast.Neg(E(9, 11), N("a", 10)), N("b", 14))
+    assert parse_expr("a - -b") == ast.Sub(E(9, 15), N("a", 9), ast.Neg(E(13, 15), N("b", 14)))
+    assert parse_expr("- -a") == ast.Neg(E(9, 13), ast.Neg(E(11, 13), N("a", 12)))
+    assert parse_expr("-(a @ b)") == ast.Neg(E(9, 17), ast.MatMul(E(11, 16), N("a", 11), N("b", 15)))
+
+
+@pytest.mark.parametrize("text,value", [("2", 2), ("0.5", 0.5), ("1e-6", 1e-6), ("2.5E+3", 2500.0), ("007", 7),
+                                        ("-2", -2), ("- 0.25", -0.25), ("-(3)", -3)])
+def test_numbers_and_their_sign(text, value):
+    # a '-' written before a number is its sign: one Number, spanning both
+    got = parse_expr(text)
+    assert got == ast.Number(E(9, 9 + len(text)), value) and type(got.value) is type(value)
+
+
+def test_numbers_as_operands():
+    assert parse_expr("x * 2") == ast.Mul(E(9, 14), N("x", 9), ast.Number(E(13, 14), 2))
+    assert parse_expr("1 / x") == ast.Div(E(9, 14), ast.Number(E(9, 10), 1), N("x", 13))
+    assert parse_expr("x * -0.5") == ast.Mul(E(9, 17), N("x", 9), ast.Number(E(13, 17), -0.5))
+
+
+def test_unary_functions():
+    for name, kind in [("exp", ast.Exp), ("sqrt", ast.Sqrt), ("rsqrt", ast.Rsqrt), ("sigmoid", ast.Sigmoid)]:
+        n = len(name)
+        assert parse_expr(f"{name}(a + b)") == kind(E(9, 16 + n), ast.Add(E(10 + n, 15 + n), N("a", 10 + n), N("b", 14 + n)))
+
+
+def test_reductions():
+    assert parse_expr("sum(x, axis=2)") == ast.Sum(E(9, 23), N("x", 13), 2)
+    assert parse_expr("max(x, axis=0)") == ast.Max(E(9, 23), N("x", 13), 0)
+    assert parse_expr("mean(x * x, axis=3)") == ast.Mean(E(9, 28), ast.Mul(E(14, 19), N("x", 14), N("x", 18)), 3)
+
+
+def test_transpose_reshape_and_slice():
+    assert parse_expr("transpose[perm=[0, 2, 1, 3]] x") == ast.Transpose(E(9, 39), (0, 2, 1, 3), N("x", 38))
+    got = parse_expr("reshape[dims=[B, 1, S+1, 64]] x")
+    assert got == ast.Reshape(E(9, 40), (S("B"), Dim(1), S("S", const=1), Dim(64)), N("x", 39))
+    assert got.dim_locs == (E(23, 24), E(26, 27), E(29, 32), E(34, 36))
+    assert parse_expr("reshape[dims=[]] x") == ast.Reshape(E(9, 27), (), N("x", 26))
+    assert parse_expr("slice[axis=3, start=0, size=32] x") == ast.Slice(E(9, 42), 3, 0, 32, N("x", 41))
+    # their operand is an atom, as concat's: transpose[...] a @ b  ==  (transpose[...] a) @ b
+    assert parse_expr("transpose[perm=[1, 0]] a @ b") == ast.MatMul(
+        E(9, 37), ast.Transpose(E(9, 33), (1, 0), N("a", 32)), N("b", 36))
+
+
 def test_locations_are_compared():
     """The same tree at another column is a different tree: locations are part of `==`."""
     assert parse_expr("a * b") != parse_expr(" a * b")

@@ -63,6 +63,12 @@ def test_tokens_follow_the_grammar():
     # '@' is the matmul operator outside a type, a placement inside one
     assert [t for t, v in toks if v == "@"] == [Name.Decorator, Name.Decorator, Operator]
     assert {v for t, v in toks if t is Punctuation} == set("(),:<>[]{};")
+    toks = tokens("let y = -x / 2 - mean(reshape[dims=[B, 8]] x, axis=1) * 1e-6 + 0.5;")
+    assert [v for t, v in toks if t is Operator] == ["=", "-", "/", "-", "=", "=", "*", "+"]
+    assert [(t, v) for t, v in toks if t in Number] == [(Number.Integer, "2"), (Number.Integer, "8"),
+                                                        (Number.Integer, "1"), (Number.Float, "1e-6"),
+                                                        (Number.Float, "0.5")]
+    assert (Name.Attribute, "dims") in toks and (Name.Builtin, "mean") in toks
 
 
 def test_words_and_symbols_come_from_the_grammar():
@@ -73,12 +79,13 @@ def test_words_and_symbols_come_from_the_grammar():
     classified = {*highlight.KEYWORDS, *highlight.ATTRIBUTES, *highlight.BUILTINS,
                   *highlight.OPERATORS, *highlight.PUNCTUATION}
     assert classified == literals
-    assert set(highlight.BUILTINS) == {"concat", "softmax", "broadcast", "tensor"}
+    assert set(highlight.BUILTINS) == {"concat", "softmax", "broadcast", "tensor", "transpose", "reshape", "slice",
+                                       "exp", "sqrt", "rsqrt", "sigmoid", "sum", "max", "mean"}
 
 
 def test_characters_outside_the_language_are_error_tokens():
-    toks = tokens("let b = a $ a / a;")
-    assert [v for t, v in toks if t in Error] == ["$", "/"]
+    toks = tokens("let b = a $ a % a;")
+    assert [v for t, v in toks if t in Error] == ["$", "%"]
     assert (Name, "a") in toks
 
 

@@ -12,7 +12,7 @@ concrete dtype and the fixed dims, and each `TypeParam.value` says what T became
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .diagnostics import Loc
 from .types import Dim, Signature, TensorType
@@ -40,6 +40,14 @@ class Expr:
 @dataclass(frozen=True)
 class Name(Expr):
     id: str
+
+
+@dataclass(frozen=True)
+class Number(Expr):
+    """A literal, `2`, `0.5`, `-1e-6`: an int when written as one, else a float. Only an
+    operand of `+ - * /`; `check` gives it the other operand's type (its dtype and shape)."""
+
+    value: int | float
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,16 @@ class Add(Binary):
 
 
 @dataclass(frozen=True)
+class Sub(Binary):
+    """`lhs - rhs`"""
+
+
+@dataclass(frozen=True)
+class Div(Binary):
+    """`lhs / rhs`"""
+
+
+@dataclass(frozen=True)
 class Broadcast(Expr):
     operand: Expr
 
@@ -83,9 +101,93 @@ class Softmax(Expr):
     axis: int
 
 
-ELEMENTWISE = (Mul, Add)
-OP_NAMES = {Mul: "'*'", Add: "'+'", MatMul: "matmul", Concat: "concat", Softmax: "softmax",
-            Broadcast: "broadcast"}
+@dataclass(frozen=True)
+class Unary(Expr):
+    """An elementwise function of one operand; the subclass names it."""
+
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Neg(Unary):
+    """`-operand`"""
+
+
+@dataclass(frozen=True)
+class Exp(Unary):
+    """`exp(operand)`"""
+
+
+@dataclass(frozen=True)
+class Sqrt(Unary):
+    """`sqrt(operand)`"""
+
+
+@dataclass(frozen=True)
+class Rsqrt(Unary):
+    """`rsqrt(operand)`: 1 / sqrt(operand)"""
+
+
+@dataclass(frozen=True)
+class Sigmoid(Unary):
+    """`sigmoid(operand)`: 1 / (1 + exp(-operand))"""
+
+
+@dataclass(frozen=True)
+class Reduce(Expr):
+    """`f(operand, axis=N)`, keeping the rank (dim N becomes 1); the subclass names f."""
+
+    operand: Expr
+    axis: int
+
+
+@dataclass(frozen=True)
+class Sum(Reduce):
+    """`sum(operand, axis=N)`"""
+
+
+@dataclass(frozen=True)
+class Max(Reduce):
+    """`max(operand, axis=N)`"""
+
+
+@dataclass(frozen=True)
+class Mean(Reduce):
+    """`mean(operand, axis=N)`"""
+
+
+@dataclass(frozen=True)
+class Transpose(Expr):
+    """`transpose[perm=[...]] operand`: dim i of the result is dim perm[i] of the operand."""
+
+    perm: tuple[int, ...]
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Reshape(Expr):
+    """`reshape[dims=[...]] operand`; `dim_locs` locate each written dim."""
+
+    dims: tuple[Dim, ...]
+    operand: Expr
+    dim_locs: tuple[Loc, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Slice(Expr):
+    """`slice[axis=a, start=s, size=n] operand`: dims s .. s+n-1 along a."""
+
+    axis: int
+    start: int
+    size: int
+    operand: Expr
+
+
+ELEMENTWISE = (Mul, Add, Sub, Div)
+OP_NAMES = {Mul: "'*'", Add: "'+'", Sub: "'-'", Div: "'/'", MatMul: "matmul", Concat: "concat",
+            Softmax: "softmax", Broadcast: "broadcast", Neg: "unary '-'", Exp: "exp", Sqrt: "sqrt",
+            Rsqrt: "rsqrt", Sigmoid: "sigmoid", Sum: "sum", Max: "max", Mean: "mean",
+            Transpose: "transpose", Reshape: "reshape", Slice: "slice", Number: "a number"}
 
 
 @dataclass(frozen=True)
@@ -131,12 +233,14 @@ class Program:
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
-    """The operand expressions of `expr`, left to right."""
-    if isinstance(expr, (Concat, Binary)):
-        return (expr.lhs, expr.rhs)
-    if isinstance(expr, (Broadcast, Softmax)):
-        return (expr.operand,)
-    return ()
+    """The operand expressions of `expr`, left to right (its `Expr` fields, in order)."""
+    return tuple(v for v in (getattr(expr, f.name) for f in fields(expr)) if isinstance(v, Expr))
+
+
+def attributes(expr: Expr) -> dict[str, object]:
+    """The compared fields of `expr` that are not operands, location or type: `{"axis": 3}`."""
+    return {f.name: getattr(expr, f.name) for f in fields(expr)
+            if f.compare and f.name != "loc" and not isinstance(getattr(expr, f.name), Expr)}
 
 
 def dump(program: Program) -> str:
@@ -151,7 +255,8 @@ def dump(program: Program) -> str:
         if isinstance(e, Name):
             out.append(f"{pad}Name {e.id}{ty(e)}")
             return
-        attrs = f" axis={e.axis}" if isinstance(e, (Concat, Softmax)) else ""
+        show = lambda v: f"[{', '.join(map(str, v))}]" if isinstance(v, tuple) else str(v)
+        attrs = "".join(f" {k}={show(v)}" for k, v in attributes(e).items())
         out.append(f"{pad}{type(e).__name__}{attrs}{ty(e)}  @{e.loc.line}:{e.loc.col}")
         for child in children(e):
             expr(child, depth + 1)

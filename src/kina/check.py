@@ -13,8 +13,8 @@ shape errors show both sides and carry notes pointing at where each operand was
 defined.
 
 Specialisation comes first: each type parameter is replaced by its dtype and
-each fixed dim name by its value in every written type, and the result is
-checked as if it had been written that way (so `S+1` with S=128 is 129, and
+each fixed dim name by its value in every written type (and reshape's dims), and
+the result is checked as if it had been written that way (so `S+1` with S=128 is 129, and
 T=I32 under `@` is the ordinary "needs a floating dtype" error). An error in a
 specialised function carries notes saying where each value came from
 ("T is I32 (from dtypes)"). The checked program has no type parameter without a
@@ -22,12 +22,23 @@ value, and its `TypeAnn`s and `sig` hold the concrete types. A bad argument (a
 name the program does not declare, a value that is no dtype or no size) is a
 `ValueError`, raised before any checking.
 
-Rules (see grammar.lark for the syntax):
+Rules (see grammar.lark for the syntax); each is one `@rule` method below:
   concat[axis=a] x y   same rank, dtype, placement; 0 <= a < rank; other dims equal; dim a adds
-  x @ y                same rank >= 2, floating; batch dims equal; x[-1] == y[-2] -> [..., x[-2], y[-1]]
-  x * y, x + y         equal shapes, dtype, placement; broadcast(x) may stretch dims of size 1
-  broadcast(x)         only as an operand of * or +
+  x @ y                rank >= 2, same dtype (floating) and placement; x[-1] == y[-2]; the batch dims
+                       broadcast as np.matmul's (aligned from the right, equal or 1 or missing)
+                       -> [*batch, x[-2], y[-1]]
+  x + y, x - y,        equal shapes, dtype, placement; broadcast(x) may stretch dims of size 1;
+  x * y, x / y         a number takes the other operand's dtype and shape (and must be a value
+                       of that dtype); `/` needs a floating dtype
+  broadcast(x)         only as an operand of + - * /, beside a tensor
+  -x                   any dtype; exp, sqrt, rsqrt, sigmoid need a floating one
   softmax(x, axis=a)   floating; 0 <= a < rank
+  sum, max, mean       (x, axis=a): 0 <= a < rank; dim a becomes 1; mean needs a floating dtype
+  transpose[perm=p] x  p a permutation of 0 .. rank-1; dim i of the result is x's dim p[i]
+  reshape[dims=d] x    every name in d bound; d's symbolic dims are x's, in order; the products
+                       of the static dims are equal
+  slice[axis=a, start=s, size=n] x   0 <= a < rank; s + n <= the static part of x's dim a
+                       (its value when every name in it is 0); dim a becomes n
   names                defined once, before use; dim names bound by a parameter's type
   results              arity and types equal the declared ones
   type parameters      fn[T, ...]: declared once, not a dtype or dim name, used in a type, given a value
@@ -36,12 +47,25 @@ Rules (see grammar.lark for the syntax):
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from . import ast
 from .diagnostics import KinaError, Loc
-from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType
+from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType, nearest
+_ELEMENTWISE_OPS = "'+', '-', '*' or '/'"
+
+RULES: dict[type, Callable] = {}  # expression kind -> its typing rule, a `_FunctionChecker` method
+
+
+def rule(*kinds: type):
+    """Register a `_FunctionChecker` method `rule(self, expr) -> typed expr` as the typing rule of `kinds`."""
+    def register(method):
+        for kind in kinds:
+            RULES[kind] = method
+        return method
+    return register
 
 MAX_TENSOR_BYTES = 1 << 40  # 1 TiB: past this a static shape is a typo, not a tensor
 
@@ -298,16 +322,11 @@ class _FunctionChecker:
                 raise KinaError(e.loc, f"undefined name '{e.id}'", later[:1])
             return dataclasses.replace(e, type=self.env[e.id][0])
         if isinstance(e, ast.Broadcast):
-            raise KinaError(e.loc, "broadcast(...) may only appear as an operand of '*' or '+'")
-        if isinstance(e, ast.Concat):
-            return self.concat(e)
-        if isinstance(e, ast.MatMul):
-            return self.matmul(e)
-        if isinstance(e, ast.ELEMENTWISE):
-            return self.elementwise(e)
-        if isinstance(e, ast.Softmax):
-            return self.softmax(e)
-        raise AssertionError(f"unknown expression {e!r}")
+            raise KinaError(e.loc, f"broadcast(...) may only appear as an operand of {_ELEMENTWISE_OPS}")
+        if isinstance(e, ast.Number):
+            raise KinaError(e.loc, f"a number may only appear as an operand of {_ELEMENTWISE_OPS} "
+                                   "(it takes the other operand's dtype and shape)")
+        return RULES[type(e)](self, e)
 
     def _notes(self, *operands: tuple[str, ast.Expr]) -> list[tuple[Loc, str]]:
         notes = []
@@ -317,9 +336,9 @@ class _FunctionChecker:
                 notes.append((self.env[inner.id][1], f"{role} '{inner.id}' defined here"))
         return notes
 
-    def _same_kind(self, e: ast.Expr, what: str, a: TensorType, b: TensorType) -> None:
+    def _same_kind(self, e: ast.Expr, what: str, a: TensorType, b: TensorType, rank: bool = True) -> None:
         notes = self._notes(("lhs", e.lhs), ("rhs", e.rhs))
-        if a.rank != b.rank:
+        if rank and a.rank != b.rank:
             raise KinaError(e.loc, f"{what}: ranks differ: lhs {a.shape_str()} has rank {a.rank}, "
                                    f"rhs {b.shape_str()} has rank {b.rank}", notes)
         if a.dtype != b.dtype:
@@ -327,6 +346,20 @@ class _FunctionChecker:
         if a.placement != b.placement:
             raise KinaError(e.loc, f"{what}: placements differ: lhs is @{a.placement}, rhs is @{b.placement}", notes)
 
+    def _axis(self, e: ast.Expr, what: str, t: TensorType, axis: int) -> None:
+        if t.rank == 0:
+            raise KinaError(e.loc, f"{what}: operand has rank 0, so there is no axis {axis}",
+                            self._notes(("operand", e.operand)))
+        if not 0 <= axis < t.rank:
+            raise KinaError(e.loc, f"{what}: axis {axis} is out of range for rank {t.rank} (expected 0 to {t.rank - 1})",
+                            self._notes(("operand", e.operand)))
+
+    def _floating(self, e: ast.Expr, what: str, t: TensorType, *operands: tuple[str, ast.Expr]) -> None:
+        if not t.is_float:
+            raise KinaError(e.loc, f"{what}: needs a floating dtype (F16, BF16, F32, F64), got {t.dtype}",
+                            self._notes(*operands))
+
+    @rule(ast.Concat)
     def concat(self, e: ast.Concat) -> ast.Expr:
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         a, b = lhs.type, rhs.type
@@ -344,37 +377,68 @@ class _FunctionChecker:
         ty = TensorType(a.dtype, dims, a.placement)
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=ty)
 
+    @rule(ast.MatMul)
     def matmul(self, e: ast.MatMul) -> ast.Expr:
+        """NumPy's matmul rule for rank >= 2: the batch dims (all but the last two), aligned
+        from the right, broadcast (each pair equal, or one of them 1, or missing)."""
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         a, b = lhs.type, rhs.type
-        self._same_kind(e, "matmul", a, b)
+        self._same_kind(e, "matmul", a, b, rank=False)
         notes = self._notes(("lhs", e.lhs), ("rhs", e.rhs))
-        if a.rank < 2:
-            raise KinaError(e.loc, f"matmul: operands must have rank >= 2, got rank {a.rank}", notes)
-        if not a.is_float:
-            raise KinaError(e.loc, f"matmul: needs a floating dtype (F16, BF16, F32, F64), got {a.dtype}", notes)
-        for i, (x, y) in enumerate(zip(a.dims[:-2], b.dims[:-2])):
-            if x != y:
-                raise KinaError(e.loc, f"matmul: batch dim {i} differs: lhs {a.shape_str()} has {x}, "
-                                       f"rhs {b.shape_str()} has {y}", notes)
+        for side, t in (("lhs", a), ("rhs", b)):
+            if t.rank < 2:
+                raise KinaError(e.loc, f"matmul: operands must have rank >= 2: {side} {t.shape_str()} has rank {t.rank}",
+                                notes)
+        self._floating(e, "matmul", a, ("lhs", e.lhs), ("rhs", e.rhs))
+        n = max(a.rank, b.rank) - 2
+        batch = []
+        for i in range(n):  # result batch dim i is dim i - (n - rank + 2) of each operand, when it has one
+            ia, ib = i - n + a.rank - 2, i - n + b.rank - 2
+            x, y = (a.dims[ia] if ia >= 0 else Dim(1)), (b.dims[ib] if ib >= 0 else Dim(1))
+            if x != y and Dim(1) not in (x, y):
+                raise KinaError(e.loc, f"matmul: batch dims do not broadcast: lhs {a.shape_str()} has {x} at dim {ia}, "
+                                       f"rhs {b.shape_str()} has {y} at dim {ib} (aligned from the right, each pair of "
+                                       "batch dims must be equal or one of them 1)", notes)
+            batch.append(y if x == Dim(1) else x)
         if a.dims[-1] != b.dims[-2]:
             raise KinaError(e.loc, f"matmul: contraction dims differ: lhs {a.shape_str()} has K={a.dims[-1]}, "
                                    f"rhs {b.shape_str()} has K={b.dims[-2]}", notes)
-        dims = a.dims[:-1] + b.dims[-1:]
+        dims = (*batch, a.dims[-2], b.dims[-1])
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=TensorType(a.dtype, dims, a.placement))
 
-    def elementwise(self, e: ast.Mul | ast.Add) -> ast.Expr:
+    @rule(*ast.ELEMENTWISE)
+    def elementwise(self, e: ast.Binary) -> ast.Expr:
+        """Equal shapes; broadcast(x) stretches x's dims of size 1, and a number takes the
+        other operand's dtype and shape."""
         what = ast.OP_NAMES[type(e)]
+        if isinstance(e.lhs, ast.Number) and isinstance(e.rhs, ast.Number):
+            raise KinaError(e.loc, f"{what}: both operands are numbers: one of them must be a tensor")
         sides = []
-        for side in (e.lhs, e.rhs):
-            if isinstance(side, ast.Broadcast):
+        for side, other in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            if isinstance(side, ast.Number):
+                sides.append((False, side))
+            elif isinstance(side, ast.Broadcast):
+                if isinstance(other, ast.Number):
+                    raise KinaError(side.loc, f"broadcast(...) has nothing to stretch to: the other operand of "
+                                              f"{what} is a number")
                 sides.append((True, dataclasses.replace(side, operand=self.expr(side.operand))))
             else:
                 sides.append((False, self.expr(side)))
         (bl, lhs), (br, rhs) = sides
+        if isinstance(lhs, ast.Number) or isinstance(rhs, ast.Number):
+            number, tensor = (lhs, rhs) if isinstance(lhs, ast.Number) else (rhs, lhs)
+            ty = tensor.type
+            if isinstance(e, ast.Div):
+                self._floating(e, what, ty)
+            self._number(number, what, ty)
+            number = dataclasses.replace(number, type=ty)
+            lhs, rhs = (number, tensor) if isinstance(lhs, ast.Number) else (tensor, number)
+            return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=ty)
         a = lhs.operand.type if bl else lhs.type
         b = rhs.operand.type if br else rhs.type
         self._same_kind(e, what, a, b)
+        if isinstance(e, ast.Div):  # there is no integer division (and no division by zero trap)
+            self._floating(e, what, a, ("lhs", e.lhs), ("rhs", e.rhs))
         dims = []
         for i, (x, y) in enumerate(zip(a.dims, b.dims)):
             if x == y:
@@ -397,13 +461,103 @@ class _FunctionChecker:
             rhs = dataclasses.replace(rhs, type=ty)
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=ty)
 
+    def _number(self, number: ast.Number, what: str, ty: TensorType) -> None:
+        """A number must be a value of the other operand's dtype: in range, an integer for
+        I32/I64, and not a nonzero that would round to 0."""
+        try:
+            value = nearest(ty.dtype, number.value)
+        except ValueError as err:
+            raise KinaError(number.loc, f"{what}: the number {err}; a number takes the dtype of the other "
+                                        f"operand, {ty.dtype}") from None
+        if value == 0 and number.value != 0:
+            raise KinaError(number.loc, f"{what}: the number {number.value} is too small for {ty.dtype}: it would "
+                                        "round to 0")
+
+    @rule(ast.Neg, ast.Exp, ast.Sqrt, ast.Rsqrt, ast.Sigmoid)
+    def unary(self, e: ast.Unary) -> ast.Expr:
+        """Same type as the operand; all but unary minus need a floating dtype."""
+        x = self.expr(e.operand)
+        if not isinstance(e, ast.Neg):
+            self._floating(e, ast.OP_NAMES[type(e)], x.type, ("operand", e.operand))
+        return dataclasses.replace(e, operand=x, type=x.type)
+
+    @rule(ast.Softmax)
     def softmax(self, e: ast.Softmax) -> ast.Expr:
         x = self.expr(e.operand)
         t = x.type
-        if not t.is_float:
-            raise KinaError(e.loc, f"softmax: needs a floating dtype (F16, BF16, F32, F64), got {t.dtype}",
-                            self._notes(("operand", e.operand)))
+        self._floating(e, "softmax", t, ("operand", e.operand))
         if not 0 <= e.axis < t.rank:
             raise KinaError(e.loc, f"softmax: axis {e.axis} is out of range for rank {t.rank} "
                                    f"(expected 0 to {t.rank - 1})" if t.rank else "softmax: operand has rank 0")
         return dataclasses.replace(e, operand=x, type=t)
+
+    @rule(ast.Sum, ast.Max, ast.Mean)
+    def reduce(self, e: ast.Reduce) -> ast.Expr:
+        """The operand's type with dim `axis` 1; mean needs a floating dtype."""
+        x = self.expr(e.operand)
+        t, what = x.type, ast.OP_NAMES[type(e)]
+        if isinstance(e, ast.Mean):
+            self._floating(e, what, t, ("operand", e.operand))
+        self._axis(e, what, t, e.axis)
+        dims = t.dims[:e.axis] + (Dim(1),) + t.dims[e.axis + 1:]
+        return dataclasses.replace(e, operand=x, type=TensorType(t.dtype, dims, t.placement))
+
+    @rule(ast.Transpose)
+    def transpose(self, e: ast.Transpose) -> ast.Expr:
+        """perm is a permutation of 0 .. rank-1; dim i of the result is dim perm[i] of the operand."""
+        x = self.expr(e.operand)
+        t, perm = x.type, list(e.perm)
+        shown = f"[{', '.join(map(str, perm))}]"
+        notes = self._notes(("operand", e.operand))
+        if len(perm) != t.rank:
+            raise KinaError(e.loc, f"transpose: perm {shown} has {len(perm)} entries but the operand "
+                                   f"{t.shape_str()} has rank {t.rank}", notes)
+        for p in perm:
+            if p >= t.rank or perm.count(p) > 1:
+                why = f"{p} is out of range" if p >= t.rank else f"{p} appears {perm.count(p)} times"
+                raise KinaError(e.loc, f"transpose: perm {shown} is not a permutation of 0 to {t.rank - 1}: {why}",
+                                notes)
+        dims = tuple(t.dims[p] for p in perm)
+        return dataclasses.replace(e, operand=x, type=TensorType(t.dtype, dims, t.placement))
+
+    @rule(ast.Reshape)
+    def reshape(self, e: ast.Reshape) -> ast.Expr:
+        """The written dims (specialised like a type's, every name bound) hold the same
+        elements: their symbolic dims are the operand's, in the same order, and the
+        products of their static dims are equal."""
+        x = self.expr(e.operand)
+        t = x.type
+        dims = tuple(_fix_dims(d, self.dims) for d in e.dims)
+        for d, loc in zip(dims, e.dim_locs or [e.loc] * len(dims)):
+            for name in d.names:
+                if name not in self.bound:
+                    raise KinaError(loc, f"reshape: dim name '{name}' is not bound by any parameter")
+        result = TensorType(t.dtype, dims, t.placement)
+        notes = self._notes(("operand", e.operand))
+        before, after = [d for d in t.dims if not d.is_static], [d for d in dims if not d.is_static]
+        if before != after:
+            show = lambda ds: ", ".join(map(str, ds)) or "none"
+            raise KinaError(e.loc, f"reshape: the symbolic dims must stay, in order: the operand {t.shape_str()} has "
+                                   f"{show(before)}, the result {result.shape_str()} has {show(after)}", notes)
+        count = lambda ty: math.prod(d.const for d in ty.dims if d.is_static)
+        if count(t) != count(result):
+            size = lambda ty: "*".join([d.symbol or f"({d})" for d in before] + [str(count(ty))])
+            raise KinaError(e.loc, f"reshape: element counts differ: the operand {t.shape_str()} has {size(t)}, "
+                                   f"the result {result.shape_str()} has {size(result)}", notes)
+        return dataclasses.replace(e, operand=x, dims=dims, type=result)
+
+    @rule(ast.Slice)
+    def slice(self, e: ast.Slice) -> ast.Expr:
+        """Dims start .. start+size-1 along axis; they must exist for every value of the dim's
+        names, so start + size is at most the dim's static part (S+2 has at least 2)."""
+        x = self.expr(e.operand)
+        t = x.type
+        self._axis(e, "slice", t, e.axis)
+        d, end = t.dims[e.axis], e.start + e.size
+        if end > d.const:
+            bound = f"dim {e.axis} of {t.shape_str()} is {d}" + ("" if d.is_static else
+                                                                 f", which is only sure to be at least {d.const}")
+            raise KinaError(e.loc, f"slice: start {e.start} + size {e.size} = {end} is past the end: {bound}",
+                            self._notes(("operand", e.operand)))
+        dims = t.dims[:e.axis] + (Dim(e.size),) + t.dims[e.axis + 1:]
+        return dataclasses.replace(e, operand=x, type=TensorType(t.dtype, dims, t.placement))

@@ -3,15 +3,15 @@
 In:  Kina source text (Pygments calls the lexer; pyproject.toml registers it under
      the `pygments.lexers` entry point as `kina`, for `*.kina`).
 Out: Pygments tokens: `let` and `fn` keywords, the builtins (`concat`, `softmax`,
-     `broadcast`, `tensor`), dtypes and placements (`@host`) inside a tensor type,
-     function names, names, integers, operators, punctuation and `//` comments.
+     `broadcast`, `exp`, `sum`, `tensor`, ...), dtypes and placements (`@host`) inside a tensor
+     type, function names, names, integers and floats, operators, punctuation and `//` comments.
 
 Guarantees: the words, symbols and terminal patterns come from grammar.lark (the
 language reference) and the dtypes and placements from `kina.types`, so a literal
 added to the grammar is highlighted without touching this file; the only choices
 made here are which words are keywords and which symbols are operators. Every
 character the grammar accepts gets a non-Error token and the tokens concatenate
-back to the source; a character the grammar rejects (`$`, `/`) is an Error token,
+back to the source; a character the grammar rejects (`$`, `%`) is an Error token,
 as a compiler would flag it. Imports lark and pygments, never `mlir`.
 """
 from __future__ import annotations
@@ -33,16 +33,22 @@ def _grammar_terminals() -> dict[str, object]:
 
 _TERMINALS = _grammar_terminals()
 _LITERALS = sorted(p.value for p in _TERMINALS.values() if p.type == "str")
-_NAME, _INT, _COMMENT, _WS = (_TERMINALS[n].to_regexp() for n in ("NAME", "INT", "COMMENT", "WS"))
+_NAME, _INT, _NUMBER, _COMMENT, _WS = (_TERMINALS[n].to_regexp() for n in ("NAME", "INT", "NUMBER", "COMMENT", "WS"))
 
 # The choices: a grammar word is a builtin unless listed here; a symbol is punctuation unless an operator.
 KEYWORDS = {"let": Keyword.Declaration, "fn": Keyword}
-ATTRIBUTES = ("axis",)  # the attribute names of builtins: concat[axis=N], softmax(x, axis=N)
-OPERATORS = ("@", "*", "+", "->", "=")
+ATTRIBUTES = ("axis", "perm", "dims", "start", "size")  # of builtins: concat[axis=N], reshape[dims=[...]]
+OPERATORS = ("@", "*", "/", "+", "-", "->", "=")
 
 _WORDS = [w for w in _LITERALS if w[0].isalpha()]
 BUILTINS = tuple(w for w in _WORDS if w not in KEYWORDS and w not in ATTRIBUTES)
 PUNCTUATION = tuple(s for s in _LITERALS if s not in _WORDS and s not in OPERATORS)
+
+
+def _number(lexer, match):
+    """An INT or NUMBER: 2 is an integer, 0.5 and 1e-6 are floats."""
+    text = match.group()
+    yield match.start(), Number.Integer if text.isdigit() else Number.Float, text
 
 
 class KinaLexer(RegexLexer):
@@ -75,7 +81,7 @@ class KinaLexer(RegexLexer):
             (words(BUILTINS, suffix=r"\b"), Name.Builtin),
             (words(ATTRIBUTES, suffix=r"\b"), Name.Attribute),
             (_NAME, Name),
-            (_INT, Number.Integer),
+            (_NUMBER, _number),  # NUMBER also matches every INT
             (words(OPERATORS), Operator),
             (words(PUNCTUATION), Punctuation),
         ],

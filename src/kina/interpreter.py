@@ -6,9 +6,12 @@ Out: a tuple of NumPy arrays, computed op by op with NumPy.
 
 Guarantees: it runs the same argument checks as the compiled runtime (so the
 two fail alike on bad calls), and it defines each operation the way the
-language reference does: concat is `np.concatenate`, `@` is `np.matmul`, `*`
-and `+` broadcast, softmax subtracts the max first; F16 and BF16 matmuls and
-softmaxes run in F32 and round once, in the compiled code's order. It needs no MLIR.
+language reference does, one entry of `OPS` each: concat is `np.concatenate`,
+`@` is `np.matmul` (batch dims broadcast), `+ - * /` broadcast (a number is a
+0-d array of the other operand's dtype), softmax subtracts the max first,
+reductions keep the rank; F16 and BF16 matmuls, softmaxes, sums, means and
+exp/sqrt/rsqrt/sigmoid run in F32 and round once, as the compiled code does.
+It needs no MLIR.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from . import ast
 from .check import check
 from .runtime import bind, numpy_dtype, result_shapes
 from .syntax import parse
+from .types import nearest
 
 
 # The dtypes whose sums (matmul, softmax) run in F32 and are rounded once, as in the
@@ -51,22 +55,73 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True) if x.shape[axis] else e
 
 
+def _in_f32(fn):
+    """`fn` computed in F32 and rounded once for F16 and BF16 (as the compiled code does), else as is."""
+    return lambda x: fn(x.astype(np.float32)).astype(x.dtype) if x.dtype in WIDE else fn(x)
+
+
+def _sum(x: np.ndarray, axis: int) -> np.ndarray:
+    """Integers wrap, as the compiled code's do; F16 and BF16 sum in F32 and round once."""
+    if x.dtype in WIDE:
+        return np.sum(x.astype(np.float32), axis=axis, keepdims=True).astype(x.dtype)
+    return np.sum(x, axis=axis, keepdims=True, dtype=x.dtype)
+
+
+def _mean(x: np.ndarray, axis: int) -> np.ndarray:
+    """The sum divided by the dim's size (0 / 0 is NaN), in F32 for F16 and BF16, rounded once."""
+    wide = x.astype(np.float32) if x.dtype in WIDE else x
+    return (np.sum(wide, axis=axis, keepdims=True) / wide.dtype.type(x.shape[axis])).astype(x.dtype)
+
+
+def _max(x: np.ndarray, axis: int) -> np.ndarray:
+    """Over an empty axis: -inf, or the smallest integer (max's identity), as in the compiled code."""
+    start = -np.inf if x.dtype.kind != "i" else np.iinfo(x.dtype).min
+    return np.max(x, axis=axis, keepdims=True, initial=start)
+
+
+def _reshape(e: ast.Reshape, x: np.ndarray) -> np.ndarray:
+    """The result's symbolic dims are the operand's, in order: they take the operand's sizes."""
+    sizes = iter(n for n, d in zip(x.shape, e.operand.type.dims) if not d.is_static)
+    return x.reshape([d.const if d.is_static else next(sizes) for d in e.type.dims])
+
+
+def _slice(e: ast.Slice, x: np.ndarray) -> np.ndarray:
+    index = [slice(None)] * x.ndim
+    index[e.axis] = slice(e.start, e.start + e.size)
+    return x[tuple(index)]
+
+
+# Each operation on its operands' values (in `ast.children` order); `e` gives its attributes.
+OPS = {
+    ast.Concat: lambda e, x, y: np.concatenate([x, y], axis=e.axis),
+    ast.MatMul: lambda e, x, y: matmul(x, y),
+    ast.Mul: lambda e, x, y: np.multiply(x, y),
+    ast.Add: lambda e, x, y: np.add(x, y),
+    ast.Sub: lambda e, x, y: np.subtract(x, y),
+    ast.Div: lambda e, x, y: np.divide(x, y),
+    ast.Softmax: lambda e, x: softmax(x, e.axis),
+    ast.Neg: lambda e, x: np.negative(x),
+    ast.Exp: lambda e, x: _in_f32(np.exp)(x),
+    ast.Sqrt: lambda e, x: _in_f32(np.sqrt)(x),
+    ast.Rsqrt: lambda e, x: _in_f32(lambda v: 1 / np.sqrt(v))(x),
+    ast.Sigmoid: lambda e, x: _in_f32(lambda v: 1 / (1 + np.exp(-v)))(x),
+    ast.Sum: lambda e, x: _sum(x, e.axis),
+    ast.Max: lambda e, x: _max(x, e.axis),
+    ast.Mean: lambda e, x: _mean(x, e.axis),
+    ast.Transpose: lambda e, x: np.transpose(x, e.perm),
+    ast.Reshape: _reshape,
+    ast.Slice: _slice,
+}
+
+
 def _eval(e: ast.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
     if isinstance(e, ast.Name):
         return env[e.id]
-    if isinstance(e, ast.Broadcast):  # NumPy's own broadcasting in * and + does the stretching
+    if isinstance(e, ast.Number):  # a 0-d array of the other operand's dtype: NumPy stretches it
+        return np.asarray(nearest(e.type.dtype, e.value), numpy_dtype(e.type.dtype))
+    if isinstance(e, ast.Broadcast):  # NumPy's own broadcasting in + - * / does the stretching
         return _eval(e.operand, env)
-    if isinstance(e, ast.Concat):
-        return np.concatenate([_eval(e.lhs, env), _eval(e.rhs, env)], axis=e.axis)
-    if isinstance(e, ast.MatMul):
-        return matmul(_eval(e.lhs, env), _eval(e.rhs, env))
-    if isinstance(e, ast.Mul):
-        return np.multiply(_eval(e.lhs, env), _eval(e.rhs, env))
-    if isinstance(e, ast.Add):
-        return np.add(_eval(e.lhs, env), _eval(e.rhs, env))
-    if isinstance(e, ast.Softmax):
-        return softmax(_eval(e.operand, env), e.axis)
-    raise AssertionError(f"cannot interpret {e!r}")
+    return OPS[type(e)](e, *(_eval(c, env) for c in ast.children(e)))
 
 
 class Interpreted:

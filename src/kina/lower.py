@@ -38,13 +38,14 @@ round-trips unchanged.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Callable
 
 from mlir import ir
 from mlir.dialects import arith, func, linalg, math, tensor
 
 from . import ast
-from .types import DTYPES, Dim, TensorType
+from .types import DTYPES, Dim, TensorType, nearest
 
 DYN = ir.ShapedType.get_dynamic_size()
 WIDE = {"F16": "F32", "BF16": "F32"}  # the dtypes whose sums (matmul, softmax) run in F32
@@ -98,6 +99,22 @@ def matmul_maps(rank: int) -> tuple[list[ir.AffineMap], list[str]]:
     b, i, k, j = d[:nb], d[nb], d[nb + 1], d[nb + 2]
     maps = [affine_map(n, [*b, i, k]), affine_map(n, [*b, k, j]), affine_map(n, [*b, i, j]), affine_map(n, [*b, k, j])]
     return maps, ["parallel"] * nb + ["parallel", "reduction", "parallel"]
+
+
+def broadcast_matmul_maps(lhs: TensorType, rhs: TensorType, result: TensorType) -> tuple[list[ir.AffineMap], list[str]]:
+    """The lhs, rhs and result maps of `lhs @ rhs` whose batch dims broadcast (np.matmul):
+    an operand's missing batch dims are left out of its map, and a batch dim of size 1
+    stretched to the result's reads index 0. Without broadcasting, `matmul_maps`."""
+    maps, iterators = matmul_maps(result.rank)
+    nb = result.rank - 2
+    d = [ir.AffineDimExpr.get(a) for a in range(nb + 3)]
+
+    def operand(t: TensorType, last):
+        first = nb - (t.rank - 2)  # the result batch dim of the operand's dim 0
+        batch = [ir.AffineConstantExpr.get(0) if dim == Dim(1) and result.dims[first + a] != Dim(1)
+                 else d[first + a] for a, dim in enumerate(t.dims[:-2])]
+        return affine_map(nb + 3, batch + last)
+    return [operand(lhs, d[nb:nb + 2]), operand(rhs, d[nb + 1:]), maps[2]], iterators
 
 
 def extend(v: ir.Value) -> ir.Value:
@@ -239,7 +256,7 @@ def _concat(low: _FunctionLowering, e: ast.Concat) -> ir.Value:
 @lowers(ast.MatMul)
 def _matmul(low: _FunctionLowering, e: ast.MatMul) -> ir.Value:
     lhs, rhs = low.expr(e.lhs), low.expr(e.rhs)
-    maps, iterators = matmul_maps(e.type.rank)
+    maps, iterators = broadcast_matmul_maps(e.lhs.type, e.rhs.type, e.type)
     wide = _wide(e.type)
     acc = generic([lhs, rhs], [low.fill(wide, 0.0)], maps[:3], iterators, lambda x, y, a: [mac(x, y, a)])[0]
     return acc if wide == e.type else low.convert(acc, e.type)
@@ -247,10 +264,15 @@ def _matmul(low: _FunctionLowering, e: ast.MatMul) -> ir.Value:
 
 @lowers(ast.Mul)
 @lowers(ast.Add)
+@lowers(ast.Sub)
+@lowers(ast.Div)
 def _elementwise(low: _FunctionLowering, e: ast.Binary) -> ir.Value:
+    """One `linalg.generic`; a number operand is an `arith.constant` in its body."""
     t, n = e.type, e.type.rank
     inputs, maps = [], []
     for operand in (e.lhs, e.rhs):
+        if isinstance(operand, ast.Number):
+            continue
         if isinstance(operand, ast.Broadcast):
             src_dims = operand.operand.type.dims
             inputs.append(low.expr(operand.operand))
@@ -259,12 +281,29 @@ def _elementwise(low: _FunctionLowering, e: ast.Binary) -> ir.Value:
         else:
             inputs.append(low.expr(operand))
             maps.append(ir.AffineMap.get_identity(n))
-    if t.is_float:
-        op = arith.MulFOp if isinstance(e, ast.Mul) else arith.AddFOp
-    else:
-        op = arith.MulIOp if isinstance(e, ast.Mul) else arith.AddIOp
+    op = _BINARY[type(e)][0 if t.is_float else 1]
+
+    def body(*args):
+        tensors, xy = iter(args), []
+        for v in (e.lhs, e.rhs):
+            if isinstance(v, ast.Number):
+                with _loc(v.loc):
+                    xy.append(constant(t.dtype, v.value))
+            else:
+                xy.append(next(tensors))
+        return [op(*xy).result]
     ident = ir.AffineMap.get_identity(n)
-    return generic(inputs, [low.empty(t)], [*maps, ident], ["parallel"] * n, lambda x, y, _: [op(x, y).result])[0]
+    return generic(inputs, [low.empty(t)], [*maps, ident], ["parallel"] * n, body)[0]
+
+
+# the arith ops of the elementwise binary operators: (floating, integer); there is no integer `/`
+_BINARY = {ast.Mul: (arith.MulFOp, arith.MulIOp), ast.Add: (arith.AddFOp, arith.AddIOp),
+           ast.Sub: (arith.SubFOp, arith.SubIOp), ast.Div: (arith.DivFOp, None)}
+
+
+def constant(dtype: str, value: int | float) -> ir.Value:
+    """A number as an `arith.constant` of `dtype` (its nearest value, `types.nearest`)."""
+    return arith.ConstantOp(element_type(dtype), nearest(dtype, value)).result
 
 
 @lowers(ast.Softmax)
@@ -291,3 +330,160 @@ def _softmax(low: _FunctionLowering, e: ast.Softmax) -> ir.Value:
         q = arith.DivFOp(v, s).result
         return [q if t == e.type else arith.TruncFOp(narrow, q).result]
     return generic([ex, sm], [low.empty(e.type)], [full, proj, full], par, divide)[0]
+
+
+# -- unary functions, reductions, transpose, reshape, slice ---------------------------
+
+def _sigmoid(x: ir.Value) -> ir.Value:
+    one = arith.ConstantOp(x.type, 1.0).result
+    return arith.DivFOp(one, arith.AddFOp(one, math.ExpOp(arith.NegFOp(x).result).result).result).result
+
+
+# each unary function's body on one element; those marked wide run in F32 for F16 and BF16
+_UNARY = {ast.Exp: (lambda x: math.ExpOp(x).result, True), ast.Sqrt: (lambda x: math.SqrtOp(x).result, True),
+          ast.Rsqrt: (lambda x: math.RsqrtOp(x).result, True), ast.Sigmoid: (_sigmoid, True),
+          ast.Neg: (lambda x: arith.NegFOp(x).result, False)}
+
+
+@lowers(ast.Neg)
+@lowers(ast.Exp)
+@lowers(ast.Sqrt)
+@lowers(ast.Rsqrt)
+@lowers(ast.Sigmoid)
+def _unary(low: _FunctionLowering, e: ast.Unary) -> ir.Value:
+    """One elementwise `linalg.generic`. exp, sqrt, rsqrt and sigmoid of F16 and BF16 extend
+    each element to F32, compute there and round once (as NumPy's F16 functions do)."""
+    t = e.type
+    fn, widen = _UNARY[type(e)]
+    if not t.is_float:  # only unary minus takes integers: 0 - x
+        fn = lambda x: arith.SubIOp(arith.ConstantOp(x.type, 0).result, x).result
+    narrow = element_type(t.dtype)
+
+    def body(x, _):
+        if widen and t.dtype in WIDE:
+            return [arith.TruncFOp(narrow, fn(extend(x))).result]
+        return [fn(x)]
+    ident = ir.AffineMap.get_identity(t.rank)
+    return generic([low.expr(e.operand)], [low.empty(t)], [ident, ident], ["parallel"] * t.rank, body)[0]
+
+
+def _keep_rank(low: _FunctionLowering, v: ir.Value, t: TensorType, axis: int) -> ir.Value:
+    """`v`, a reduction over `axis` (rank t.rank - 1), as type `t` (dim `axis` 1): a `tensor.expand_shape`
+    that joins the unit dim to its neighbour's group."""
+    groups = [[r if r < axis else r + 1] for r in range(t.rank - 1)]  # the result dim of each reduced dim
+    if groups:  # (from rank 0 there are none)
+        groups[max(axis - 1, 0)] = sorted(groups[max(axis - 1, 0)] + [axis])
+    dyn, static = _mixed([low.size(d) for d in t.dims])
+    return tensor.ExpandShapeOp(tensor_type(t), v, _reassociation(groups), dyn, static).result
+
+
+@lowers(ast.Sum)
+@lowers(ast.Max)
+@lowers(ast.Mean)
+def _reduce(low: _FunctionLowering, e: ast.Reduce) -> ir.Value:
+    """A `linalg.generic` reducing `axis` into a tensor without it, as softmax's max and sum
+    are (F16 and BF16 sums and means in F32, rounded once), then `tensor.expand_shape` to
+    keep the rank. max starts from -inf (the smallest integer for I32/I64); mean divides by
+    the dim's size."""
+    x, src = low.expr(e.operand), e.operand.type
+    axis, n = e.axis, src.rank
+    t = src if isinstance(e, ast.Max) else _wide(src)
+    if t != src:
+        x = low.convert(x, t)
+    reduced = TensorType(t.dtype, t.dims[:axis] + t.dims[axis + 1:], t.placement)
+    full = ir.AffineMap.get_identity(n)
+    proj = affine_map(n, [ir.AffineDimExpr.get(a) for a in range(n) if a != axis])
+    iterators = ["reduction" if a == axis else "parallel" for a in range(n)]
+    if isinstance(e, ast.Max):
+        start = float("-inf") if t.is_float else -(1 << (element_type(t.dtype).width - 1))
+        combine = arith.MaximumFOp if t.is_float else arith.MaxSIOp
+    else:
+        start, combine = 0.0 if t.is_float else 0, arith.AddFOp if t.is_float else arith.AddIOp
+    acc = generic([x], [low.fill(reduced, start)], [full, proj], iterators, lambda v, a: [combine(v, a).result])[0]
+    out = TensorType(e.type.dtype, reduced.dims, t.placement)
+    if isinstance(e, ast.Mean):
+        size = low.size(src.dims[axis])
+        f = element_type(t.dtype)
+        count = arith.ConstantOp(f, float(size)).result if isinstance(size, int) else \
+            arith.SIToFPOp(f, arith.IndexCastOp(ir.IntegerType.get_signless(64), size).result).result
+        narrow = element_type(out.dtype)
+
+        def divide(v, _):
+            q = arith.DivFOp(v, count).result
+            return [q if t == src else arith.TruncFOp(narrow, q).result]
+        ident = ir.AffineMap.get_identity(n - 1)
+        acc = generic([acc], [low.empty(out)], [ident, ident], ["parallel"] * (n - 1), divide)[0]
+    elif reduced.dtype != out.dtype:
+        acc = low.convert(acc, out)
+    return _keep_rank(low, acc, e.type, axis)
+
+
+@lowers(ast.Transpose)
+def _transpose(low: _FunctionLowering, e: ast.Transpose) -> ir.Value:
+    """`linalg.transpose`: result dim i is operand dim perm[i], as Kina's perm says."""
+    return linalg.transpose(low.expr(e.operand), outs=[low.empty(e.type)], permutation=list(e.perm)).result
+
+
+def reshape_groups(src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> list[tuple[list[int], list[int]]]:
+    """Runs of consecutive dims of `src` and `dst` that hold the same elements, first to last,
+    each run non-empty on both sides: [B, 512] -> [B, 8, 64] is ([0], [0]), ([1], [1, 2]).
+    Two runs match when their static products and their symbolic dims (as factors) are equal.
+    With a 0 dim anywhere, or when nothing finer matches, one run of everything."""
+    def key(dims):
+        return prod(d.const for d in dims if d.is_static), sorted(str(d) for d in dims if not d.is_static)
+    everything = [(list(range(len(src))), list(range(len(dst))))]
+    if Dim(0) in src + dst:
+        return everything
+    runs, i0, j0 = [], 0, 0
+    for i in range(1, len(src) + 1):
+        j = next((j for j in range(j0 + 1, len(dst) + 1) if key(src[i0:i]) == key(dst[j0:j])), None)
+        if j is not None:
+            runs.append((list(range(i0, i)), list(range(j0, j))))
+            i0, j0 = i, j
+    if not runs:
+        return everything
+    runs[-1][0].extend(range(i0, len(src)))  # what is left is dims of size 1
+    runs[-1][1].extend(range(j0, len(dst)))
+    return runs
+
+
+def _reassociation(groups) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, a) for a in g]) for g in groups])
+
+
+@lowers(ast.Reshape)
+def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
+    """`tensor.collapse_shape` of each run of `reshape_groups` to one dim, then
+    `tensor.expand_shape` of it to the run's result dims; a step that would change
+    nothing is left out, so [B, 512] -> [B, 8, 64] is one expand_shape. (Bufferization
+    copies a strided operand that cannot be collapsed in place.)"""
+    x, src, dst = low.expr(e.operand), e.operand.type, e.type
+    elt = element_type(dst.dtype)
+    if src.rank == 0 or dst.rank == 0:  # one element: every other dim is 1
+        if src.rank:
+            return tensor.CollapseShapeOp(tensor_type(dst), x, _reassociation([])).result
+        dyn, static = _mixed([low.size(d) for d in dst.dims])
+        return tensor.ExpandShapeOp(tensor_type(dst), x, _reassociation([]), dyn, static).result
+    runs = reshape_groups(src.dims, dst.dims)
+    value = x
+    if any(len(s) > 1 for s, _ in runs):
+        mid = [DYN if any(not src.dims[a].is_static for a in s) else prod(src.dims[a].const for a in s)
+               for s, _ in runs]
+        value = tensor.CollapseShapeOp(ir.RankedTensorType.get(mid, elt), value, _reassociation([s for s, _ in runs])).result
+    if any(len(d) > 1 for _, d in runs):
+        dyn, static = _mixed([low.size(d) for d in dst.dims])
+        value = tensor.ExpandShapeOp(tensor_type(dst), value, _reassociation([d for _, d in runs]), dyn, static).result
+    if value == x:  # the same shape: still an op of its own, so that a let can name it
+        value = tensor.CastOp(tensor_type(dst), x).result
+    return value
+
+
+@lowers(ast.Slice)
+def _slice(low: _FunctionLowering, e: ast.Slice) -> ir.Value:
+    """`tensor.extract_slice` with unit strides: offset `start` and size `size` along `axis`
+    (offset 0 when the size is 0: any empty slice is the same, and one at the end does not verify)."""
+    src = e.operand.type
+    offsets = [e.start if a == e.axis and e.size else 0 for a in range(src.rank)]
+    sizes = [e.size if a == e.axis else low.size(d) for a, d in enumerate(src.dims)]
+    return tensor.ExtractSliceOp(tensor_type(e.type), low.expr(e.operand), *slice_args(offsets, sizes)).result

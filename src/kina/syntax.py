@@ -105,7 +105,10 @@ def _check_tree_depth(tree: Tree, filename: str, text: str) -> None:
                 stack.append((child, depth + 1, child if node.data in ("let", "results") else top))
 
 
-_TOKEN_NAMES = {"NAME": "a name", "INT": "an integer", "$END": "end of file", "AXIS": "'axis=N'"}
+_TOKEN_NAMES = {"NAME": "a name", "INT": "an integer", "NUMBER": "a number", "$END": "end of file",
+                "AXIS": "'axis=N'"}
+_OPERAND_START = {"LPAR", "NAME", "NUMBER", "MINUS"}  # what may begin an expression
+_AXIS_OPS = ("SOFTMAX", "SUM", "MAX", "MEAN")  # written OP(x, axis=N)
 
 
 def _describe_terminal(name: str) -> str:
@@ -130,7 +133,7 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
         shown = repr(ch) if ch.isascii() and ch.isprintable() else f"U+{ord(ch):04X} ({unicodedata.name(ch, 'unnamed')})"
         if {"PLUS", "STAR", "AT"} <= set(e.allowed) and ch.isascii() and not ch.isalnum():  # after an operand
             return KinaError(Loc(filename, line, col), f"unexpected character {shown}: the operators are "
-                                                       "'+', '*' and '@' (there is no '-' or '/')")
+                                                       "'+', '-', '*', '/' and '@'")
         return KinaError(Loc(filename, line, col), f"unexpected character {shown}{_expected(e.allowed, ', expected ')}")
     expected = set(getattr(e, "expected", ()) or ())
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
@@ -153,11 +156,15 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
         return KinaError(loc, f"expected ',' or ')' in the result tuple, found {found}")
     if "LET" in expected and ("RBRACE" in expected or "LPAR" in expected):
         return KinaError(loc, f"expected a let binding or the result tuple '(...)', found {found}")
-    if expected == {"LPAR", "NAME"}:  # where an operand must start
-        return KinaError(loc, f"expected an expression (a name, '(...)', concat, softmax or broadcast), "
+    if {"LPAR", "NAME"} <= expected <= _OPERAND_START:  # where an operand must start
+        minus = "'-', " if "MINUS" in expected else ""  # an atom (concat's operands) has no unary minus
+        return KinaError(loc, f"expected an expression (a name, a number, '(...)', {minus}concat, transpose, "
+                              "reshape, slice, broadcast, softmax, exp, sqrt, rsqrt, sigmoid, sum, max or mean), "
                               f"found {found}")
-    if expected == {"COMMA", "PLUS"}:  # only after softmax's operand: a results tuple would allow ')'
-        return KinaError(loc, f"expected ', axis=N' after the softmax operand, found {found}")
+    if expected == {"COMMA", "PLUS", "MINUS"}:  # only after OP(x: a results tuple would allow ')'
+        op = _innermost(e, _AXIS_OPS)
+        return KinaError(loc, f"expected ', axis=N' after the {op.lower() if op else 'softmax'} operand, "
+                              f"found {found}")
     want = _expected(expected, "expected ")
     return KinaError(loc, f"{want}, found {found}" if want else f"unexpected {found}")
 
@@ -176,11 +183,17 @@ def _inside_let(e: UnexpectedInput) -> bool:
     The LALR lookahead sets alone cannot tell (both may accept ';' after an
     expression in some states), so look at what has been shifted: the nearest
     'let' or '{' token on the parser's value stack decides."""
+    return _innermost(e, ("LET", "LBRACE")) in ("LET", None)
+
+
+def _innermost(e: UnexpectedInput, types) -> str | None:
+    """The type of the latest token of `types` on the parser's value stack (the
+    operation being parsed), if any."""
     state = getattr(getattr(e, "interactive_parser", None), "parser_state", None)
     for item in reversed(getattr(state, "value_stack", None) or []):
-        if isinstance(item, Token) and item.type in ("LET", "LBRACE"):
-            return item.type == "LET"
-    return True
+        if isinstance(item, Token) and item.type in types:
+            return item.type
+    return None
 
 
 def _just_after_previous_token(text: str, pos: int, filename: str) -> Loc:
@@ -257,9 +270,32 @@ class _ToAst(Transformer):
     def name(self, meta, items):
         return ast.Name(_tok_loc(self.f, items[0]), str(items[0]))
 
+    # ?atom: NUMBER -> number
+    def number(self, meta, items):
+        text = str(items[0])
+        value = int(text) if text.isdigit() else float(text)
+        return ast.Number(_loc(self.f, meta), value)
+
     def concat(self, meta, items):
         axis, lhs, rhs = items
         return ast.Concat(_loc(self.f, meta), int(axis), lhs, rhs)
+
+    # "transpose" "[" "perm" "=" "[" INT ("," INT)* "]" "]" atom
+    def transpose(self, meta, items):
+        *perm, operand = items
+        return ast.Transpose(_loc(self.f, meta), tuple(int(p) for p in perm), operand)
+
+    # "reshape" "[" "dims" "=" "[" [dim ("," dim)*] "]" "]" atom
+    def reshape(self, meta, items):
+        *dims, operand = items
+        dims = [d for d in dims if d is not None]
+        return ast.Reshape(_loc(self.f, meta), tuple(d for d, _ in dims), operand,
+                           dim_locs=tuple(loc for _, loc in dims))
+
+    # "slice" "[" "axis" "=" INT "," "start" "=" INT "," "size" "=" INT "]" atom
+    def slice(self, meta, items):
+        axis, start, size, operand = items
+        return ast.Slice(_loc(self.f, meta), int(axis), int(start), int(size), operand)
 
     def matmul(self, meta, items):
         return ast.MatMul(_loc(self.f, meta), *items)
@@ -267,8 +303,21 @@ class _ToAst(Transformer):
     def mul(self, meta, items):
         return ast.Mul(_loc(self.f, meta), *items)
 
+    def div(self, meta, items):
+        return ast.Div(_loc(self.f, meta), *items)
+
     def add(self, meta, items):
         return ast.Add(_loc(self.f, meta), *items)
+
+    def sub(self, meta, items):
+        return ast.Sub(_loc(self.f, meta), *items)
+
+    # ?unary: "-" unary -> neg; a minus written before a number is that number's sign
+    def neg(self, meta, items):
+        (operand,) = items
+        if isinstance(operand, ast.Number):
+            return ast.Number(_loc(self.f, meta), -operand.value)
+        return ast.Neg(_loc(self.f, meta), operand)
 
     def broadcast(self, meta, items):
         return ast.Broadcast(_loc(self.f, meta), items[0])
@@ -276,3 +325,26 @@ class _ToAst(Transformer):
     def softmax(self, meta, items):
         operand, axis = items
         return ast.Softmax(_loc(self.f, meta), operand, int(axis))
+
+    # "exp" "(" expr ")", and sqrt, rsqrt, sigmoid alike
+    def exp(self, meta, items):
+        return ast.Exp(_loc(self.f, meta), items[0])
+
+    def sqrt(self, meta, items):
+        return ast.Sqrt(_loc(self.f, meta), items[0])
+
+    def rsqrt(self, meta, items):
+        return ast.Rsqrt(_loc(self.f, meta), items[0])
+
+    def sigmoid(self, meta, items):
+        return ast.Sigmoid(_loc(self.f, meta), items[0])
+
+    # "sum" "(" expr "," "axis" "=" INT ")", and max, mean alike
+    def sum(self, meta, items):
+        return ast.Sum(_loc(self.f, meta), items[0], int(items[1]))
+
+    def max(self, meta, items):
+        return ast.Max(_loc(self.f, meta), items[0], int(items[1]))
+
+    def mean(self, meta, items):
+        return ast.Mean(_loc(self.f, meta), items[0], int(items[1]))

@@ -11,6 +11,7 @@ round-trips through `Dim.parse`.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -25,6 +26,37 @@ DTYPES: dict[str, tuple[str, str, bool]] = {
 }
 PLACEMENTS = ("host", "device")
 DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I32": 4, "I64": 8}
+# floating dtype -> (significand bits, exponent of its smallest subnormal, largest finite value)
+FLOAT_FORMATS = {"F16": (11, -24, 65504.0), "BF16": (8, -133, 3.3895313892515355e38),
+                 "F32": (24, -149, 3.4028234663852886e38), "F64": (53, -1074, 1.7976931348623157e308)}
+
+
+def nearest(dtype: str, value: int | float) -> int | float:
+    """`value` as an element of `dtype`: for a floating dtype, the nearest value (ties to
+    even, rounded once, as a Python float that holds it exactly); for an integer dtype,
+    `value` itself as an int. A number the dtype cannot hold (too large, not finite, or
+    not an integer for I32/I64) is a ValueError saying why."""
+    if not DTYPES[dtype][2]:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{value} is not an integer")
+        bits = DTYPE_BYTES[dtype] * 8
+        if not -(1 << (bits - 1)) <= int(value) < 1 << (bits - 1):
+            raise ValueError(f"{value} is out of the range of {dtype} ({-(1 << (bits - 1))} to {(1 << (bits - 1)) - 1})")
+        return int(value)
+    digits, tiny, largest = FLOAT_FORMATS[dtype]
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
+    if not math.isfinite(v) or abs(v) > 2 * largest:
+        raise ValueError(f"{value} is too large for {dtype} (its largest finite value is {largest:g})")
+    if v == 0 or dtype == "F64":
+        return v
+    quantum = max(math.frexp(v)[1] - digits, tiny)  # the exponent of v's last significant bit
+    rounded = math.copysign(math.ldexp(round(math.ldexp(v, -quantum)), quantum), v)  # round(): ties to even
+    if abs(rounded) > largest:
+        raise ValueError(f"{value} is too large for {dtype} (its largest finite value is {largest:g})")
+    return rounded
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,9 @@ def _is_mac(block, x, y, acc) -> bool:
 def matmul_form(op) -> str | None:
     """"plain" for a linalg.generic exactly as `lower` emits a matmul (ins (b..., i, k)
     and (b..., k, j), out (b..., i, j), body `lower.mac`), on tensors or memrefs;
-    "fused" for the same with a second out (b..., k, j) that receives y, as
+    "broadcast" for the same with broadcast batch dims (`lower.broadcast_matmul_maps`:
+    an operand's batch dims each read a batch index or 0, `batch_indices`);
+    "fused" for a plain one with a second out (b..., k, j) that receives y, as
     fuse-concat-matmul makes it; None for anything else."""
     if op.name != "linalg.generic":
         return None
@@ -67,7 +69,12 @@ def matmul_form(op) -> str | None:
     if rank < 2:
         return None
     maps, iterators = matmul_maps(rank)
-    if maps_of(op) != maps[:2 + len(outs)] or iterators_of(op) != iterators:
+    if iterators_of(op) != iterators:
+        return None
+    got = maps_of(op)
+    broadcast = len(outs) == 1 and got != maps[:3] and got[2] == maps[2] and \
+        batch_indices(got[0], rank - 2, "lhs") is not None and batch_indices(got[1], rank - 2, "rhs") is not None
+    if got != maps[:2 + len(outs)] and not broadcast:
         return None
     block = op.regions[0].blocks[0]
     x, y, acc = list(block.arguments)[:3]
@@ -75,8 +82,27 @@ def matmul_form(op) -> str | None:
         return None
     yielded = list(list(block.operations)[-1].operands)
     if len(outs) == 1:
-        return "plain" if len(yielded) == 1 else None
+        return ("broadcast" if broadcast else "plain") if len(yielded) == 1 else None
     return "fused" if yielded[1:] == [y] else None
+
+
+def batch_indices(m: ir.AffineMap, nb: int, side: str) -> list[int | None] | None:
+    """For the map of a matmul's `side` ("lhs" or "rhs") over (b_0, ..., b_{nb-1}, i, k, j):
+    the batch loop that indexes each of its batch dims, None where it reads index 0 (a
+    broadcast dim of size 1); None unless its last two results are (i, k) or (k, j)."""
+    exprs = [e.maybe_downcast() for e in m.results]
+    dims = [e.position if isinstance(e, ir.AffineDimExpr) else None for e in exprs]
+    if dims[-2:] != ([nb, nb + 1] if side == "lhs" else [nb + 1, nb + 2]):
+        return None
+    out = []
+    for e, d in zip(exprs[:-2], dims):
+        if d is not None and d < nb:
+            out.append(d)
+        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
+            out.append(None)
+        else:
+            return None
+    return out
 
 
 def functions(module_op) -> list:

@@ -36,6 +36,10 @@ stores) and nothing else. A fused one needs every slot row to start on an
 NT_ALIGN boundary, checked at run time (the slot is a caller's buffer); a
 misaligned slot takes the row-at-a-time loops.
 
+A matmul whose batch dims broadcast (`x[B, S, 512] @ W[512, N]`, or a batch dim of
+size 1 stretched) runs the same loops, reading each operand at its own batch
+indices (index 0 along a stretched dim): the same order, the same bits.
+
 Guarantees: only matmuls on memrefs whose operands share one element type (no
 F16/BF16 widening) are rewritten; the others are left to convert-linalg-to-loops.
 """
@@ -45,7 +49,7 @@ from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
 from ..lower import DYN, index
-from ._util import dim, loop, matmul_form, nest, rewrite_each
+from ._util import batch_indices, dim, loop, maps_of, matmul_form, nest, rewrite_each
 
 # How many rhs rows one pass over j reads side by side, and how many bytes of a row
 # one vector step covers.
@@ -67,7 +71,7 @@ def _kind(op) -> str | None:
 
 
 def run(module_op, unroll: int = UNROLL_K, vector_bytes: int = VECTOR_BYTES) -> None:
-    rewrite_each(module_op, _kind, lambda op, kind: _emit(op, unroll if kind == "plain" else 1, vector_bytes))
+    rewrite_each(module_op, _kind, lambda op, kind: _emit(op, unroll if kind != "fused" else 1, vector_bytes))
 
 
 def _emit(op, unroll: int, vector_bytes: int) -> None:
@@ -78,7 +82,11 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
     rank, elt = acc_t.rank, acc_t.element_type
     cst, zero, one = index, index(0), index(1)
     sizes = [dim(acc, a) for a in range(rank)]  # batch..., I, N
-    K, N = dim(lhs, rank - 1), sizes[-1]
+    K, N = dim(lhs, ir.MemRefType(lhs.type).rank - 1), sizes[-1]
+    # each operand's batch indices from the loops' (a broadcast operand has fewer, or reads 0)
+    lhs_batch, rhs_batch = (batch_indices(m, rank - 2, side) for m, side in zip(maps_of(op), ("lhs", "rhs")))
+    lhs_at = lambda b: [b[p] if p is not None else zero for p in lhs_batch]
+    rhs_at = lambda b: [b[p] if p is not None else zero for p in rhs_batch]
     elt_bytes = elt.width // 8
     width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
@@ -106,7 +114,7 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
         (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused)."""
         b = outer[:-1]
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
-        xs = [memref.LoadOp(lhs, [*outer, k]).result for k in ks]
+        xs = [memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result for k in ks]
 
         def step(j, vec):
             if vec:
@@ -119,7 +127,7 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
                 xv = xs
             a = load(acc, [*outer, j])
             for x, k in zip(xv, ks):
-                y = load(rhs, [*b, k, j])
+                y = load(rhs, [*rhs_at(b), k, j])
                 a = arith.AddFOp(a, arith.MulFOp(x, y).result).result
                 if slot is not None and vec:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
@@ -149,10 +157,10 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
         js = [cst(v * width) for v in range(n_vectors)]
 
         def add_row(k, *sums):
-            x = vector.BroadcastOp(vtype, memref.LoadOp(lhs, [*outer, k]).result).result
+            x = vector.BroadcastOp(vtype, memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result).result
             new = []
             for j, a in zip(js, sums):
-                y = vector.LoadOp(vtype, rhs, [*b, k, j]).result
+                y = vector.LoadOp(vtype, rhs, [*rhs_at(b), k, j]).result
                 new.append(arith.AddFOp(a, arith.MulFOp(x, y).result).result)
                 if slot is not None:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
