@@ -274,3 +274,75 @@ func.func @untouched(%q: memref<1x4xf16>, %k: memref<4x64xf16>, %acc: memref<1x6
   } -> tensor<1x64xf32>
   return %t : tensor<1x64xf32>
 }
+
+// Broadcast batch dims (np.matmul's rule, lower.broadcast_matmul_maps): a rank-2 rhs
+// under a rank-3 lhs is read at [k, j] by every batch, in the same loops and order.
+#blhs = affine_map<(b, i, k, j) -> (b, i, k)>
+#brhs = affine_map<(b, i, k, j) -> (k, j)>
+#bout = affine_map<(b, i, k, j) -> (b, i, j)>
+// CHECK-LABEL: func.func @broadcast_rhs(
+// CHECK-SAME:    %[[X:[^:]+]]: memref<2x1x16xf32>, %[[W:[^:]+]]: memref<16x40xf32>, %[[ACC:[^:]+]]: memref<2x1x40xf32>)
+// CHECK-NOT:     linalg.generic
+// CHECK:         scf.for %[[B:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:           scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:             scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:               %[[X0:.+]] = memref.load %[[X]][%[[B]], %[[I]], %[[K0]]] : memref<2x1x16xf32>
+// CHECK:               scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:                 %[[V0:.+]] = vector.broadcast %[[X0]] : f32 to vector<32xf32>
+// CHECK:                 %[[A:.+]] = vector.load %[[ACC]][%[[B]], %[[I]], %[[J]]] : memref<2x1x40xf32>, vector<32xf32>
+// CHECK-NEXT:            %[[Y0:.+]] = vector.load %[[W]][%[[K0]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
+// CHECK-NEXT:            %[[P0:.+]] = arith.mulf %[[V0]], %[[Y0]] : vector<32xf32>
+// CHECK-NEXT:            %{{.+}} = arith.addf %[[A]], %[[P0]] : vector<32xf32>
+func.func @broadcast_rhs(%x: memref<2x1x16xf32>, %w: memref<16x40xf32>, %acc: memref<2x1x40xf32>) {
+  linalg.generic {indexing_maps = [#blhs, #brhs, #bout], iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<2x1x16xf32>, memref<16x40xf32>) outs(%acc : memref<2x1x40xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A batch dim of size 1 stretched to the result's (b: 2 queries against one cache):
+// the rhs reads index 0 there and the loop's index in the others.
+#slhs = affine_map<(b, h, i, k, j) -> (b, h, i, k)>
+#srhs = affine_map<(b, h, i, k, j) -> (0, h, k, j)>
+#sout = affine_map<(b, h, i, k, j) -> (b, h, i, j)>
+// CHECK-LABEL: func.func @stretched(
+// CHECK-SAME:    %[[Q:[^:]+]]: memref<2x3x1x16xf32>, %[[K:[^:]+]]: memref<1x3x16x40xf32>, %[[ACC:[^:]+]]: memref<2x3x1x40xf32>)
+// CHECK:         %[[ZERO:.+]] = arith.constant 0 : index
+// CHECK-NOT:     linalg.generic
+// CHECK:         scf.for %[[B:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:           scf.for %[[H:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:             scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:               scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:                 memref.load %[[Q]][%[[B]], %[[H]], %[[I]], %[[K0]]] : memref<2x3x1x16xf32>
+// CHECK:                 vector.load %[[K]][%[[ZERO]], %[[H]], %[[K0]], %{{.+}}] : memref<1x3x16x40xf32>, vector<32xf32>
+func.func @stretched(%q: memref<2x3x1x16xf32>, %k: memref<1x3x16x40xf32>, %acc: memref<2x3x1x40xf32>) {
+  linalg.generic {indexing_maps = [#slhs, #srhs, #sout], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<2x3x1x16xf32>, memref<1x3x16x40xf32>) outs(%acc : memref<2x3x1x40xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// Not rewritten: a rhs whose innermost dim is not unit-strided (the loops load whole
+// vectors along it); convert-linalg-to-loops lowers it later.
+// CHECK-LABEL: func.func @strided_rhs(
+// CHECK-NOT:     scf.for
+// CHECK:         linalg.generic
+// CHECK:         return
+func.func @strided_rhs(%q: memref<1x4xf32>, %k: memref<4x64xf32, strided<[1, 4]>>, %acc: memref<1x64xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x4xf32>, memref<4x64xf32, strided<[1, 4]>>) outs(%acc : memref<1x64xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}

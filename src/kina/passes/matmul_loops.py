@@ -65,8 +65,9 @@ def _kind(op) -> str | None:
     if form is None:
         return None
     operands = list(op.operands)
-    if not all(isinstance(v.type, ir.MemRefType) for v in operands):
-        return None
+    if not all(isinstance(v.type, ir.MemRefType) and ir.MemRefType(v.type).get_strides_and_offset()[0][-1] == 1
+               for v in operands):
+        return None  # the loops load whole vectors along the innermost dim: it must be unit-strided
     return form if len({v.type.element_type for v in operands}) == 1 else None
 
 
