@@ -210,3 +210,17 @@ def test_bad_thread_counts_are_clear_errors(step, monkeypatch):
         step(*args)
     monkeypatch.setenv("KINA_NUM_THREADS", "3")
     assert runtime.default_threads() == 3
+
+
+@pytest.mark.parametrize("body, results, want", [
+    ("(sum(x, axis=2))", "tensor<F32, [B, H, 1, 4], @host>", 2),
+    ("(transpose[perm=[0, 2, 1, 3]] x)", "tensor<F32, [B, 4, H, 4], @host>", 1),
+    ("(reshape[dims=[B, H, 16]] x)", "tensor<F32, [B, H, 16], @host>", 0),
+    ("(reshape[dims=[B, H, 2, 8]] x)", "tensor<F32, [B, H, 2, 8], @host>", 2),
+    ("(slice[axis=3, start=0, size=2] x)", "tensor<F32, [B, H, 4, 2], @host>", 3),
+    ("(exp(x) - x / 2)", X, 4),
+    ("(x @ w)", X, 2),
+])
+def test_independent_axes_of_the_decoder_ops(body, results, want):
+    source = (f"let f = fn(x: {X}, w: tensor<F32, [4, 4], @host>) -> ({results}) {{\n  {body}\n}}\n")
+    assert _axes(source) == want

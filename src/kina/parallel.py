@@ -42,13 +42,20 @@ def independent_axes(fn: ast.Function) -> int:
 
 def _keeps(e: ast.Expr, rank: int) -> int:
     """How many leading axes (in the function's right-aligned frame) `e` keeps independent."""
-    if isinstance(e, (ast.Name, ast.Broadcast)) or isinstance(e, ast.ELEMENTWISE):
+    if isinstance(e, (ast.Name, ast.Number, ast.Broadcast, ast.Unary, *ast.ELEMENTWISE)):
         return rank
     if e.type is None:
         return 0
     shift = rank - e.type.rank  # axes of `e` sit at shift + a in the function's frame
     if isinstance(e, ast.MatMul):
         return shift + e.type.rank - 2
-    if isinstance(e, (ast.Concat, ast.Softmax)):
+    if isinstance(e, (ast.Concat, ast.Softmax, ast.Reduce, ast.Slice)):
         return shift + e.axis
+    if isinstance(e, ast.Transpose):  # the leading axes it leaves in place
+        return shift + next((a for a, p in enumerate(e.perm) if p != a), len(e.perm))
+    if isinstance(e, ast.Reshape):  # the leading dims it leaves as they are
+        old = e.operand.type.dims
+        if len(old) != len(e.dims):
+            return 0  # the operand's axes sit elsewhere in the frame
+        return shift + next((a for a, (x, y) in enumerate(zip(old, e.type.dims)) if x != y), len(old))
     return 0
