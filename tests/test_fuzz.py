@@ -1,11 +1,16 @@
 """Property-based tests (hypothesis): random programs and random damage to them.
 
-1. Random well-typed programs over concat, @, *, +, broadcast and softmax, with
-   random shapes (static, 0, and symbolic dims such as S, T, S+1) and dtypes (F32,
-   F64; I32 and I64 where the op allows integers), pass the checker with the types
-   the generator meant, and compiled code agrees with the NumPy interpreter:
-   bit for bit for integers and concat-only float programs, within a tolerance
-   where floating-point arithmetic may be reassociated.
+1. Random well-typed programs over every operation (concat, transpose, reshape,
+   slice, @ with broadcast batch dims, + - * / with broadcast and numbers, unary
+   minus, exp, sqrt, rsqrt, sigmoid, sum, max, mean and softmax), with random shapes
+   (static, 0, and symbolic dims such as S, T, S+1) and dtypes (F32, F64; I32 and
+   I64 where the op allows integers), pass the checker with the types the generator
+   meant, and compiled code agrees with the NumPy interpreter: bit for bit for
+   integers and for float programs that only move data (concat, transpose, reshape,
+   slice, negation), within a tolerance where floating-point arithmetic may be
+   reassociated. Divisors and square roots are kept away from 0 and negatives
+   (a number, exp(x), x * x + 1), so that a rounding difference cannot turn into
+   an infinity or a NaN on one side only.
 2. Random mutations of valid programs (tokens deleted, swapped, duplicated or
    inserted; random bytes) end in either a KinaError or success through the first
    three stages (parse, check, lower to MLIR): never another exception, and never
@@ -40,7 +45,9 @@ COMPILED = settings(max_examples=max(SCALE // 20, 6), deadline=None, derandomize
 
 FLOATS, INTS = ("F32", "F64"), ("I32", "I64")
 SYMBOLS = ("S", "T")
-SUM, PRODUCT, ATOM = 0, 1, 2  # precedence of a generated expression, to parenthesise only when needed
+SUM, PRODUCT, UNARY, ATOM = 0, 1, 2, 3  # precedence of a generated expression, to parenthesise only when needed
+NUMBERS = {"F": ["2", "0.5", "1e-3", "3.25", "-1.5"], "I": ["2", "3", "-1", "0"]}  # literals, by dtype kind
+EXACT = {"concat", "transpose", "reshape", "slice", "neg"}  # operations that only move or negate data
 
 
 # -- a generator of well-typed programs -----------------------------------------------------
@@ -56,7 +63,8 @@ class ProgramGen:
         self.draw, self.dtype = draw, dtype
         self.params: list[tuple[str, tuple[Dim, ...]]] = []
         self.lets: list[tuple[str, str, tuple[Dim, ...]]] = []
-        self.exact = True  # only concat and names so far: results must match bit for bit
+        self.exact = True  # only EXACT operations so far: results must match bit for bit
+        self.ops: set[str] = set()  # every operation generated (for the coverage test)
 
     def dim(self, symbolic: bool = True) -> Dim:
         choices = [Dim(0), Dim(1), Dim(2), Dim(3)]
@@ -78,16 +86,21 @@ class ProgramGen:
     def expr(self, dims: tuple[Dim, ...], depth: int) -> tuple[str, int]:
         ops = ["leaf"]
         if depth > 0:
-            ops += ["mul", "add", "broadcast"]
+            ops += ["mul", "add", "sub", "broadcast", "number", "neg", "reshape"] + ["transpose"] * (len(dims) >= 1)
             if any(d.is_static or (d.const > 0 and d.terms) for d in dims):
                 ops.append("concat")
+            if any(d.is_static for d in dims):
+                ops.append("slice")
+            if Dim(1) in dims:
+                ops += ["reduce"] * 3
             if self.dtype in FLOATS:
-                ops += ["softmax"] * (len(dims) >= 1) + ["matmul"] * (len(dims) >= 2)
+                ops += ["div", "unary", "unary"] + ["softmax"] * (len(dims) >= 1) + ["matmul"] * (len(dims) >= 2)
         op = self.draw(st.sampled_from(ops))
         if op == "leaf":
             return self.leaf(dims)
         text, prec = getattr(self, op)(dims, depth - 1)
-        if op != "concat":
+        self.ops.add(op)
+        if op not in EXACT:
             self.exact = False
         if self.draw(st.integers(0, 3)) == 0:  # sometimes name it with a let
             name = f"t{len(self.lets)}"
@@ -114,21 +127,108 @@ class ProgramGen:
         return f"concat[axis={axis}] {lhs} {rhs}", ATOM
 
     def matmul(self, dims, depth):
+        """Batch dims broadcast as np.matmul's: each is on both sides, or one side has 1
+        there, and one side may lack a few leading ones altogether."""
         k = self.dim()
-        lhs = self.operand(dims[:-1] + (k,), depth, PRODUCT)
-        rhs = self.operand(dims[:-2] + (k, dims[-1]), depth, ATOM)
+        batch = dims[:-2]
+        where = [self.draw(st.sampled_from(["lhs", "rhs", "both"])) for _ in batch]  # "lhs": only the lhs has it
+        lhs_b = [d if w != "rhs" else Dim(1) for d, w in zip(batch, where)]
+        rhs_b = [d if w != "lhs" else Dim(1) for d, w in zip(batch, where)]
+        side = self.draw(st.sampled_from([lhs_b, rhs_b]))  # one side may lack leading 1s; the other sets the rank
+        while side and side[0] == Dim(1) and self.draw(st.booleans()):
+            side.pop(0)
+        if lhs_b != rhs_b:
+            self.ops.add("broadcast matmul")
+        lhs = self.operand((*lhs_b, dims[-2], k), depth, PRODUCT)
+        rhs = self.operand((*rhs_b, k, dims[-1]), depth, UNARY)
         return f"{lhs} @ {rhs}", PRODUCT
 
     def mul(self, dims, depth):
-        return f"{self.operand(dims, depth, PRODUCT)} * {self.operand(dims, depth, ATOM)}", PRODUCT
+        return f"{self.operand(dims, depth, PRODUCT)} * {self.operand(dims, depth, UNARY)}", PRODUCT
 
     def add(self, dims, depth):
         return f"{self.operand(dims, depth, SUM)} + {self.operand(dims, depth, PRODUCT)}", SUM
 
+    def sub(self, dims, depth):
+        return f"{self.operand(dims, depth, SUM)} - {self.operand(dims, depth, PRODUCT)}", SUM
+
+    def div(self, dims, depth):
+        """x / d with d a number or exp(y): never 0, so both sides agree on every element."""
+        if self.draw(st.booleans()):
+            d = self.draw(st.sampled_from([n for n in NUMBERS["F"] if n != "0"]))
+        else:
+            d = f"exp({self.expr(dims, depth)[0]})"
+        return f"{self.operand(dims, depth, PRODUCT)} / {d}", PRODUCT
+
+    def number(self, dims, depth):
+        """A number beside a tensor, on either side, under any elementwise operator."""
+        n = self.draw(st.sampled_from(NUMBERS["F" if self.dtype in FLOATS else "I"]))
+        op = self.draw(st.sampled_from(["+", "-", "*"]))
+        prec = SUM if op in "+-" else PRODUCT
+        if self.draw(st.booleans()):
+            return f"{self.operand(dims, depth, prec)} {op} {n}", prec
+        return f"{n} {op} {self.operand(dims, depth, prec + 1)}", prec
+
+    def neg(self, dims, depth):
+        return f"-{self.operand(dims, depth, UNARY)}", UNARY
+
+    def unary(self, dims, depth):
+        """exp and sigmoid of anything; sqrt and rsqrt of x * x + 1 (never negative or 0)."""
+        fn = self.draw(st.sampled_from(["exp", "sigmoid", "sqrt", "rsqrt"]))
+        x = self.expr(dims, depth)[0] if fn in ("exp", "sigmoid") else \
+            (lambda t: f"{t} * {t} + 1")(self.operand(dims, depth, UNARY))
+        self.ops.add(fn)
+        return f"{fn}({x})", ATOM
+
+    def reduce(self, dims, depth):
+        """A reduction over an axis where the target has 1, from any size there (0 too)."""
+        axis = self.draw(st.sampled_from([a for a, d in enumerate(dims) if d == Dim(1)]))
+        fn = self.draw(st.sampled_from(["sum", "max"] + ["mean"] * (self.dtype in FLOATS)))
+        wide = dims[:axis] + (self.dim(),) + dims[axis + 1:]
+        self.ops.add(fn)
+        return f"{fn}({self.expr(wide, depth)[0]}, axis={axis})", ATOM
+
+    def transpose(self, dims, depth):
+        perm = self.draw(st.permutations(range(len(dims))))
+        src = [None] * len(dims)
+        for i, p in enumerate(perm):  # dim i of the result is dim perm[i] of the operand
+            src[p] = dims[i]
+        return f"transpose[perm=[{', '.join(map(str, perm))}]] {self.operand(tuple(src), depth, ATOM)}", ATOM
+
+    def reshape(self, dims, depth):
+        """From an operand with the same symbolic dims in order and the same static product:
+        the target with static dims split or merged and unit dims added or removed."""
+        src = list(dims)
+        for _ in range(self.draw(st.integers(1, 2))):
+            kind = self.draw(st.sampled_from(["split", "merge", "unit", "drop"]))
+            static = [i for i, d in enumerate(src) if d.is_static]
+            if kind == "split" and static:
+                i = self.draw(st.sampled_from(static))
+                c = src[i].const
+                a = self.draw(st.sampled_from([f for f in range(1, c + 1) if c % f == 0] or [0]))
+                src[i:i + 1] = [Dim(a), Dim(c // a if a else self.draw(st.integers(0, 3)))]
+            elif kind == "merge" and any(i + 1 in static for i in static):
+                i = self.draw(st.sampled_from([i for i in static if i + 1 in static]))
+                src[i:i + 2] = [Dim(src[i].const * src[i + 1].const)]
+            elif kind == "unit":
+                src.insert(self.draw(st.integers(0, len(src))), Dim(1))
+            elif kind == "drop" and Dim(1) in src:
+                src.remove(Dim(1))
+        return f"reshape[dims=[{', '.join(map(str, dims))}]] {self.operand(tuple(src), depth, ATOM)}", ATOM
+
+    def slice(self, dims, depth):
+        """The target's static dim n at axis, from a larger dim (static or symbolic) at start."""
+        axis = self.draw(st.sampled_from([a for a, d in enumerate(dims) if d.is_static]))
+        extra = self.draw(st.integers(0, 2))
+        start = self.draw(st.integers(0, extra))
+        whole = self.draw(st.sampled_from([Dim(0), Dim.of("S"), Dim.of("T")])) + (dims[axis].const + extra)
+        src = dims[:axis] + (whole,) + dims[axis + 1:]
+        return f"slice[axis={axis}, start={start}, size={dims[axis].const}] {self.operand(src, depth, ATOM)}", ATOM
+
     def broadcast(self, dims, depth):
         small = tuple(Dim(1) if self.draw(st.booleans()) else d for d in dims)
         stretched = f"broadcast({self.expr(small, depth)[0]})"
-        op = self.draw(st.sampled_from(["*", "+"]))
+        op = self.draw(st.sampled_from(["*", "+", "-"]))
         prec = PRODUCT if op == "*" else SUM
         if self.draw(st.booleans()):  # the full-size operand on the left
             return f"{self.operand(dims, depth, prec)} {op} {stretched}", prec
@@ -208,15 +308,19 @@ def test_the_generator_covers_every_operation():
     # The properties above mean little if the generator never emits an operation.
     features = {"concat": "concat[", "matmul": " @ ", "mul": " * ", "add": " + ", "broadcast": "broadcast(",
                 "softmax": "softmax(", "let": "  let ", "compound dim": "S+1", "zero dim": "[0,", "I32": "<I32",
-                "F64": "<F64", "parentheses": "= ("}
+                "F64": "<F64", "parentheses": "= (", "sub": " - ", "div": " / ", "float number": "0.5",
+                "negative number": "-1", "neg": "-p", "transpose": "transpose[", "reshape": "reshape[",
+                "slice": "slice["}
+    ops = {"broadcast matmul", "exp", "sigmoid", "sqrt", "rsqrt", "sum", "max", "mean"}
     seen = set()
 
-    @settings(max_examples=300, deadline=None, derandomize=True)
+    @settings(max_examples=600, deadline=None, derandomize=True)
     @given(programs())
     def collect(prog):
         seen.update(name for name, text in features.items() if text in prog[0])
+        seen.update(prog[4].ops & ops)
     collect()
-    assert seen == set(features), set(features) - seen
+    assert seen == set(features) | ops, (set(features) | ops) - seen
 
 
 # -- mutations of valid programs ---------------------------------------------------------------
@@ -224,7 +328,9 @@ def test_the_generator_covers_every_operation():
 TOKEN = re.compile(r"//[^\n]*|[A-Za-z_]\w*|\d+|->|\s+|.", re.S)
 VOCAB = ["let", "fn", "tensor", "concat", "softmax", "broadcast", "axis", "F32", "I32", "BF16", "F8", "host",
          "device", "@", "(", ")", "[", "]", "{", "}", "<", ">", ",", ";", "=", "+", "*", "->", ":", "0", "1",
-         "99999999999999999999", "S", "S+1", "x", "p0", "//", "\n", " ", "((((", "-"]
+         "99999999999999999999", "S", "S+1", "x", "p0", "//", "\n", " ", "((((", "-", "/", "0.5", "1e-6", "1e999",
+         "transpose", "reshape", "slice", "perm", "dims", "start", "size", "[0, 1]", "exp", "sqrt", "rsqrt",
+         "sigmoid", "sum", "max", "mean"]
 
 
 @st.composite

@@ -77,6 +77,7 @@ def test_transpose(source):
     fn("reshape[dims=[1, 1]] x", "1, 1", x=""),
     fn("reshape[dims=[2, 3]] x", "2, 3", "F16", x="2, 3"),                # the same shape
     fn("reshape[dims=[0, 5]] x", "0, 5", x="2, 0"),                       # no elements
+    fn("reshape[dims=[0, S]] x", "0, S", x="0, 0, S"),
     fn("reshape[dims=[T, 4]] x", "T, 4", x="T, 2, 2"),
 ])
 def test_reshape(source):
@@ -89,6 +90,7 @@ def test_reshape(source):
     fn("slice[axis=0, start=1, size=1] x", "1, 4", x="S+2, 4", s="S"),    # within the static part of S+2
     fn("slice[axis=1, start=4, size=0] x", "B, 0", "I32", x="B, 4"),
     fn("slice[axis=0, start=0, size=3] x", "3, S", "BF16", x="3, S"),     # all of it
+    fn("slice[axis=0, start=0, size=0] x", "0, 2", x="0, 2"),             # of a dim of 0
 ])
 def test_slice(source):
     run(source, exact=E)
@@ -152,6 +154,7 @@ def test_unary(source, exact):
     (fn("max(x, axis=2)", "B, 1, 1", x="B, 1, S"), E),
     (fn("max(x, axis=0)", "1, 3", "I64", x="S, 3"), E),
     (fn("max(x, axis=1)", "2, 1", "BF16", x="2, 9"), E),
+    (fn("max(x, axis=0)", "1, S", "F16", x="4, S"), E),
     (fn("mean(x, axis=2)", "B, 1, 1", x="B, 1, 32"), ()),
     (fn("mean(x, axis=0)", "1, 3", "F64", x="S, 3"), ()),
     (fn("mean(x, axis=1)", "3, 1", "BF16", x="3, 16"), ()),

@@ -421,18 +421,18 @@ def _reduce(low: _FunctionLowering, e: ast.Reduce) -> ir.Value:
 @lowers(ast.Transpose)
 def _transpose(low: _FunctionLowering, e: ast.Transpose) -> ir.Value:
     """`linalg.transpose`: result dim i is operand dim perm[i], as Kina's perm says."""
-    return linalg.transpose(low.expr(e.operand), outs=[low.empty(e.type)], permutation=list(e.perm)).result
+    return linalg.transpose(low.expr(e.operand), outs=[low.empty(e.type)], permutation=list(e.perm)).results[0]
 
 
 def reshape_groups(src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> list[tuple[list[int], list[int]]]:
     """Runs of consecutive dims of `src` and `dst` that hold the same elements, first to last,
     each run non-empty on both sides: [B, 512] -> [B, 8, 64] is ([0], [0]), ([1], [1, 2]).
     Two runs match when their static products and their symbolic dims (as factors) are equal.
-    With a 0 dim anywhere, or when nothing finer matches, one run of everything."""
+    When nothing finer matches, one run of everything."""
     def key(dims):
         return prod(d.const for d in dims if d.is_static), sorted(str(d) for d in dims if not d.is_static)
     everything = [(list(range(len(src))), list(range(len(dst))))]
-    if Dim(0) in src + dst:
+    if Dim(0) in src + dst:  # 0 times anything is 0: products say nothing about the runs
         return everything
     runs, i0, j0 = [], 0, 0
     for i in range(1, len(src) + 1):
@@ -460,6 +460,8 @@ def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
     copies a strided operand that cannot be collapsed in place.)"""
     x, src, dst = low.expr(e.operand), e.operand.type, e.type
     elt = element_type(dst.dtype)
+    if Dim(0) in dst.dims:  # no elements (and a 0 beside a ? in one group makes bufferization fail)
+        return low.empty(dst)
     if src.rank == 0 or dst.rank == 0:  # one element: every other dim is 1
         if src.rank:
             return tensor.CollapseShapeOp(tensor_type(dst), x, _reassociation([])).result
@@ -481,9 +483,13 @@ def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
 
 @lowers(ast.Slice)
 def _slice(low: _FunctionLowering, e: ast.Slice) -> ir.Value:
-    """`tensor.extract_slice` with unit strides: offset `start` and size `size` along `axis`
-    (offset 0 when the size is 0: any empty slice is the same, and one at the end does not verify)."""
+    """`tensor.extract_slice` with unit strides: offset `start` and size `size` along `axis`.
+    A result with a dim of 0 is a `tensor.empty` (an offset into a dim of 0, or at the end
+    of one, does not verify; every empty tensor is the same)."""
     src = e.operand.type
-    offsets = [e.start if a == e.axis and e.size else 0 for a in range(src.rank)]
+    if Dim(0) in e.type.dims:
+        low.expr(e.operand)
+        return low.empty(e.type)
+    offsets = [e.start if a == e.axis else 0 for a in range(src.rank)]
     sizes = [e.size if a == e.axis else low.size(d) for a, d in enumerate(src.dims)]
     return tensor.ExtractSliceOp(tensor_type(e.type), low.expr(e.operand), *slice_args(offsets, sizes)).result

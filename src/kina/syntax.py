@@ -274,6 +274,9 @@ class _ToAst(Transformer):
     def number(self, meta, items):
         text = str(items[0])
         value = int(text) if text.isdigit() else float(text)
+        if value == float("inf"):  # past every dtype (F64 ends at 1.8e308): say so with the text as written
+            raise KinaError(_loc(self.f, meta), f"the number {text} is too large for any dtype "
+                                                "(F64's largest finite value is 1.79769e+308)")
         return ast.Number(_loc(self.f, meta), value)
 
     def concat(self, meta, items):
