@@ -70,8 +70,9 @@ copy and the other R - m as plain reads (writes beyond the reads are counted as 
               W = the new position + context: the floor is about (K+V) / read_bw.
 read_bw[n] and copy_bw[n] are the best this machine was seen to do on n threads in this run,
 so that no variant beats its floor:
-  1. dedicated kernels on 256 MiB arrays, each split into n parts on n threads, at the start,
-     between sizes and at the end (the best pass counts: noise only slows a pass down).
+  1. dedicated kernels on 256 MiB arrays (new ones each time), each split into n parts on n
+     threads, at the start, between sizes and at the end (the best pass counts: noise only
+     slows a pass down).
      read = bytes / time of np.sum, np.dot of the two halves of a part (two streams) and
      torch.sum; copy = bytes copied / time of np.copyto (glibc memcpy: non-temporal stores for
      large copies), torch's Tensor.copy_ and a Kina copy kernel (a concat fused into a
@@ -236,7 +237,10 @@ def split(a: np.ndarray, n: int) -> list[np.ndarray]:
 
 class BandwidthKernels:
     """The dedicated read and copy kernels of the floor model, on one 256 MiB source (and a
-    256 MiB destination for the copies), each at a given thread count."""
+    256 MiB destination for the copies), each at a given thread count. A new pair is made for
+    each round of passes: on this machine one pair of buffers was seen to copy 3-5x slower
+    than another for a whole run (physical placement, most likely), and the floor wants the
+    best the machine can do."""
 
     def __init__(self, copy_kernel, torch, nbytes: int = 256 * MIB):
         R, D = 32, 128
@@ -1129,8 +1133,10 @@ def main(argv=None) -> int:
     with fresh_compiles():
         mod = kina.compile_file(DYN_EXAMPLE)
         copy_kernel = kina.compile_source(COPY_KERNEL, "<bench_kv_step COPY_KERNEL>").copy
-    kernels = BandwidthKernels(copy_kernel, torch)
-    bw_samples = kernels.measure(args.threads, args.bw_repeats)
+
+    def measure_bandwidth(passes: int) -> dict:
+        return BandwidthKernels(copy_kernel, torch).measure(args.threads, passes)
+    bw_samples = measure_bandwidth(args.bw_repeats)
     results = []
     for z in args.sizes:  # bandwidth samples between sizes too, so a noisy spell does not set the floor
         t = time.perf_counter()
@@ -1138,10 +1144,9 @@ def main(argv=None) -> int:
         results.append(run_size(z, args, mod, torch, sessions, rough, notes))
         gc.collect()
         runtime.release_memory()  # the results allocator's blocks of this size: not needed again
-        add_samples(bw_samples, kernels.measure(args.threads, 2))
+        add_samples(bw_samples, measure_bandwidth(2))
         print(f"  {z.label}: {time.perf_counter() - t:.1f} s", flush=True)
-    add_samples(bw_samples, kernels.measure(args.threads, args.bw_repeats))
-    del kernels
+    add_samples(bw_samples, measure_bandwidth(args.bw_repeats))
     bw = bandwidth(bw_samples)
     measured = {n: {k: b[k] for k in ("read", "copy")} for n, b in bw.items()}
     fit_floors(results, bw)
