@@ -499,3 +499,5 @@ class TinyDecoder:
         """The n_new greedy (argmax) token ids that follow `prompt_tokens`."""
         return self.trace(prompt_tokens, n_new, use_cache).tokens
 
+
+from .storylm import NumPyStoryLM, StoryCache, StoryLM  # noqa: E402  (storylm imports this module's names, last)

@@ -1,0 +1,273 @@
+"""kina.decode.StoryLM (issue 13): a decoder whose every layer is one compiled Kina call.
+
+- the layer programs (kernels/storylm.kina) equal the NumPy interpreter, and the
+  example is the kernel at F32;
+- the compiled model gives the PyTorch model's greedy tokens (tests/storylm_torch.py,
+  written from the formulas alone) over 64 new tokens, logits within 1e-4 relative;
+- cached and recomputed generation agree, and so do prefill-then-decode and
+  token-by-token decoding;
+- weights round-trip through .npz files, and bad files are errors naming the tensor.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import kina
+import kina.storylm
+from conftest import EXAMPLES, ROOT, assert_same
+from kina.decode import NumPyStoryLM, StoryLM
+from kina.storylm import _program, causal_mask, weight_shapes
+
+KERNEL = ROOT / "src" / "kina" / "kernels" / "storylm.kina"
+SIZES = dict(vocab_size=96, d_model=32, n_heads=4, n_layers=2, ffn_dim=88, max_seq_len=160)
+PROMPT = [5, 17, 2, 88, 41, 9]
+
+
+def model(cls=StoryLM, **kw):
+    return cls(**{**SIZES, **kw})
+
+
+def rel_err(got, want) -> np.ndarray:
+    """Per row: the largest difference relative to the row's largest |want|."""
+    return np.max(np.abs(got - want), axis=-1) / np.max(np.abs(want), axis=-1)
+
+
+# -- the layer programs ----------------------------------------------------------------
+
+def layer_inputs(rng, D, H, F, S, P, dtype=np.float32):
+    """Random inputs of decoder_step (P = None) or decoder_prefill, scaled as a model's."""
+    Dh, R = D // H, D // H // 2
+    r = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(dtype)
+    n = 1 if P is None else P
+    gain = lambda: (1 + 0.1 * rng.standard_normal((1, 1, D))).astype(dtype)
+    angle = rng.uniform(0, 2 * math.pi, (1, n, 1, 1, R))
+    head = [r(1, n, D), gain(), *(r(D, D, scale=D ** -0.5) for _ in range(4)), gain(),
+            r(D, F, scale=D ** -0.5), r(D, F, scale=D ** -0.5), r(F, D, scale=F ** -0.5),
+            np.cos(angle).astype(dtype), np.sin(angle).astype(dtype), r(1, H, Dh, S), r(1, H, S, Dh)]
+    mask = [] if P is None else [causal_mask(S, P, dtype)]
+    return head + mask + [np.full((1, 1, 1), 1e-6, dtype), np.full((1, 1, 1, 1), Dh ** -0.5, dtype)]
+
+
+def dims(D=32, H=4, F=88, V=96):
+    return dict(B=1, D=D, H=H, Dh=D // H, R=D // H // 2, F=F, V=V)
+
+
+def compare(fn: str, args, dtype="F32", rtol=2e-5):
+    """The model's build of kernels/storylm.kina (at SIZES) against the interpreter on `args`,
+    within `rtol`; the cached positions must come out of Kᵀ and V unchanged."""
+    compiled = getattr(_program(dtype, 32, 4, 88, 96), fn)(*args)
+    reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype}, dims=dims()), fn)(*args)
+    for i, (got, want) in enumerate(zip(compiled, reference)):
+        assert_same(got, want, rtol=rtol, atol=rtol, what=f"{fn} result {i}")
+    if fn != "logits":
+        k_past, v_past, S = args[12], args[13], args[12].shape[3]
+        assert_same(compiled[0][..., :S], k_past, what="k_next's cached positions")
+        assert_same(compiled[1][:, :, :S], v_past, what="v_next's cached positions")
+
+
+@pytest.mark.parametrize("S", [0, 1, 7])
+def test_decoder_step_matches_the_interpreter(S):
+    compare("decoder_step", layer_inputs(np.random.default_rng(S), 32, 4, 88, S, None))
+
+
+@pytest.mark.parametrize("S, P", [(0, 5), (3, 4)])
+def test_decoder_prefill_matches_the_interpreter(S, P):
+    compare("decoder_prefill", layer_inputs(np.random.default_rng(10 + P), 32, 4, 88, S, P))
+
+
+def test_logits_match_the_interpreter():
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(1, 1, 32), (1, 1, 32), (32, 96)]]
+    compare("logits", [*args, np.full((1, 1, 1), 1e-6, np.float32)])
+
+
+def test_f64_layer_matches_the_interpreter():
+    compare("decoder_step", layer_inputs(np.random.default_rng(4), 32, 4, 88, 3, None, np.float64), "F64", 1e-12)
+
+
+def test_the_example_is_the_kernel_at_f32():
+    """examples/storylm0_decoder_step.kina is the kernel's decoder_step at T=F32 and its own
+    sizes: the same reference IR (and it builds alone, with no --dtype or --dim)."""
+    from kina.pipeline import Options, _render, run_stages
+    text = KERNEL.read_text()
+    step = text[text.index("let decoder_step"):text.index("// P new positions")]
+    sizes = (("D", 512), ("H", 8), ("Dh", 64), ("R", 32), ("F", 1408))
+    ir = [_render(run_stages(source, "step.kina", "mlir", Options(dtypes=dtypes, dims=d)), "mlir")
+          for source, dtypes, d in ((step, (("T", "F32"),), sizes),
+                                    ((EXAMPLES / "storylm0_decoder_step.kina").read_text(), (), ()))]
+    assert ir[0] == ir[1]
+
+
+# -- the model against PyTorch ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def torch_model():
+    pytest.importorskip("torch")
+    from storylm_torch import TorchStoryLM
+    return TorchStoryLM
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_same_tokens_as_pytorch_and_logits_within_1e_4(torch_model, seed):
+    m = model(seed=seed)
+    got = m.trace(PROMPT, 64)
+    tokens, logits, _ = torch_model(m.weights, m.n_heads).generate(PROMPT, 64)
+    assert got.tokens == tokens
+    assert rel_err(got.logits, logits).max() < 1e-4
+
+
+def test_numpy_model_matches_pytorch(torch_model):
+    m = model(NumPyStoryLM, seed=3)
+    got = m.trace(PROMPT, 64)
+    tokens, logits, _ = torch_model(m.weights, m.n_heads).generate(PROMPT, 64)
+    assert got.tokens == tokens
+    assert rel_err(got.logits, logits).max() < 1e-4
+
+
+def test_cached_and_recomputed_give_the_same_tokens():
+    m = model(seed=4)
+    cached, recomputed = m.trace(PROMPT, 40), m.trace(PROMPT, 40, use_cache=False)
+    assert cached.tokens == recomputed.tokens
+    assert rel_err(cached.logits, recomputed.logits).max() < 1e-5
+
+
+def test_compiled_and_numpy_models_agree():
+    compiled, numpy_model = model(seed=5), model(NumPyStoryLM, seed=5)
+    got, want = compiled.trace(PROMPT, 24), numpy_model.trace(PROMPT, 24)
+    assert got.tokens == want.tokens
+    assert rel_err(got.logits, want.logits).max() < 1e-5
+
+
+def test_prefill_then_decode_equals_token_by_token():
+    m = model(seed=6)
+    tokens = PROMPT + [3, 70, 12]
+    whole, one_by_one = m.new_cache(), m.new_cache()
+    prefilled = m.prefill(tokens[:5], whole)
+    for t in tokens[:5]:
+        stepped = m.step(t, one_by_one)
+    np.testing.assert_allclose(prefilled, stepped, rtol=1e-5, atol=1e-6)
+    for t in tokens[5:]:
+        np.testing.assert_allclose(m.step(t, whole), m.step(t, one_by_one), rtol=1e-5, atol=1e-6)
+    assert whole.n_filled == one_by_one.n_filled == len(tokens)
+    for i in range(m.n_layers):
+        np.testing.assert_allclose(whole.keys(i), one_by_one.keys(i), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(whole.values(i), one_by_one.values(i), rtol=1e-5, atol=1e-6)
+
+
+def test_seeded_and_deterministic():
+    a, b, c = model(seed=7), model(seed=7), model(seed=8)
+    assert a.generate(PROMPT, 8) == b.generate(PROMPT, 8)
+    assert not np.array_equal(a.weights["layers.0.wq"], c.weights["layers.0.wq"])
+
+
+def test_f64_model_matches_f32():
+    m32, m64 = model(seed=9), model(seed=9, dtype=np.float64)  # weights drawn in float64, then rounded
+    assert m64.weights["embed"].dtype == np.float64
+    assert m32.generate(PROMPT, 12) == m64.generate(PROMPT, 12)
+
+
+# -- weights files -----------------------------------------------------------------------
+
+def test_weights_round_trip_through_npz(tmp_path):
+    m = model(seed=11)
+    np.savez(tmp_path / "w.npz", **m.weights)
+    loaded = model(weights=tmp_path / "w.npz")
+    assert loaded.generate(PROMPT, 10) == m.generate(PROMPT, 10)
+    assert model(weights=dict(m.weights)).generate(PROMPT, 10) == m.generate(PROMPT, 10)
+
+
+def test_weight_names_and_shapes_are_documented():
+    shapes = weight_shapes(vocab_size=96, d_model=32, n_layers=2, ffn_dim=88)
+    assert shapes["embed"] == (96, 32) and shapes["head"] == (32, 96) and shapes["norm"] == (32,)
+    assert shapes["layers.1.w_gate"] == (32, 88) and shapes["layers.1.w_down"] == (88, 32)
+    assert len(shapes) == 3 + 2 * 9
+    doc = kina.storylm.__doc__
+    assert all(name.split(".")[-1] in doc for name in shapes)
+
+
+def bad(weights, **changes):
+    out = dict(weights)
+    for name, value in changes.items():
+        if value is None:
+            del out[name]
+        else:
+            out[name] = value
+    return out
+
+
+@pytest.mark.parametrize("change, exc, words", [
+    (dict(embed=None), ValueError, "tensor 'embed' is missing; expected shape [96, 32] ([vocab_size, d_model])"),
+    ({"layers.1.wq": None, "head": None}, ValueError, "tensor 'layers.1.wq' is missing (and 1 more)"),
+    ({"layers.0.w_up": np.zeros((32, 80), np.float32)}, ValueError,
+     "tensor 'layers.0.w_up' has shape [32, 80], expected [32, 88] ([d_model, ffn_dim])"),
+    ({"norm": np.zeros(32, np.float64)}, TypeError, "tensor 'norm' has dtype float64, expected float32"),
+    ({"layers.0.wk": np.zeros((32, 32), np.int32)}, TypeError, "tensor 'layers.0.wk' has dtype int32"),
+    ({"layers.2.wq": np.zeros((32, 32), np.float32)}, ValueError, "unexpected tensor 'layers.2.wq'"),
+])
+def test_bad_weights_name_the_tensor(tmp_path, change, exc, words):
+    weights = bad(model(seed=0).weights, **change)
+    with pytest.raises(exc) as e:
+        model(weights=weights)
+    assert words in str(e.value)
+    np.savez(tmp_path / "bad.npz", **weights)  # the same from a file
+    with pytest.raises(exc) as e:
+        model(weights=str(tmp_path / "bad.npz"))
+    assert words in str(e.value)
+
+
+def test_bad_weights_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        model(weights=tmp_path / "absent.npz")
+    with pytest.raises(ValueError, match=r"expected a \.npz or \.safetensors file"):
+        model(weights=tmp_path / "w.pt")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip file at all")
+    with pytest.raises(ValueError, match="is not a readable .npz file"):
+        model(weights=tmp_path / "junk.npz")
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    (tmp_path / "one.npy").rename(tmp_path / "one.npz")
+    with pytest.raises(ValueError, match="holds one array, not named tensors"):
+        model(weights=tmp_path / "one.npz")
+    with pytest.raises(TypeError, match="weights: expected a path"):
+        model(weights=[1, 2])
+    with pytest.raises(TypeError, match="tensor 'embed' must be a numpy.ndarray, got list"):
+        model(weights=bad(model().weights, embed=[[0.0] * 32] * 96))
+
+
+def test_safetensors_round_trip(tmp_path):
+    safetensors = pytest.importorskip("safetensors.numpy")
+    m = model(seed=12)
+    safetensors.save_file(m.weights, str(tmp_path / "w.safetensors"))
+    assert model(weights=tmp_path / "w.safetensors").generate(PROMPT, 6) == m.generate(PROMPT, 6)
+
+
+# -- argument errors -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, exc, words", [
+    (dict(d_model=30), ValueError, "d_model: 30 is not a multiple of n_heads = 4"),
+    (dict(d_model=12, n_heads=4), ValueError, "must be even"),
+    (dict(ffn_dim=0), ValueError, "ffn_dim"),
+    (dict(n_layers=1.0), TypeError, "n_layers"),
+    (dict(dtype=np.int32), TypeError, "dtype"),
+    (dict(eps=0.0), ValueError, "eps"),
+    (dict(rope_theta=float("inf")), ValueError, "rope_theta"),
+])
+def test_bad_sizes(change, exc, words):
+    with pytest.raises(exc, match=words):
+        model(**change)
+
+
+def test_bad_calls():
+    m = model()
+    with pytest.raises(ValueError, match=r"prompt_tokens\[1\]: token id 96 is out of range"):
+        m.generate([1, 96], 3)
+    with pytest.raises(ValueError, match="max_seq_len = 160"):
+        m.generate(PROMPT, 160)
+    cache = m.new_cache()
+    m.prefill(list(range(80)) * 2, cache)
+    with pytest.raises(ValueError, match="160 positions \\+ 1 new exceed max_seq_len = 160"):
+        m.step(1, cache)
+    with pytest.raises(TypeError, match="this model's StoryCache"):
+        model().step(1, cache)
+    with pytest.raises(ValueError, match="at least one token"):
+        m.prefill([], m.new_cache())
