@@ -109,3 +109,13 @@ def test_validate_kv_cache_passes(tmp_path, flag):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MISMATCH" not in proc.stdout
+
+
+def test_KINA_OPT_LEVEL_set_at_run_time_counts(monkeypatch, tmp_path):
+    from kina.pipeline import run_stages
+    monkeypatch.setenv("KINA_OPT_LEVEL", "0")
+    run_stages(DYN_TEXT, "dyn.kina", "to-llvm", dump_dir=tmp_path)
+    assert not list(tmp_path.glob("*-matmul-loops.mlir")), "the default options must read KINA_OPT_LEVEL per call"
+    monkeypatch.setenv("KINA_OPT_LEVEL", "7")
+    with pytest.raises(ValueError, match="KINA_OPT_LEVEL: expected 0, 1, 2 or 3, got '7'"):
+        run_stages(DYN_TEXT, "dyn.kina", "mlir")

@@ -219,13 +219,14 @@ DUMP_EXT = {"ast": "txt", "typed": "txt", "mlir": "mlir", **{n: "mlir" for n in 
             "llvm": "ll", "obj": "o", "so": "txt"}
 
 
-def run_stages(source: str | bytes, filename: str, until: str = "so", options: Options = Options(),
+def run_stages(source: str | bytes, filename: str, until: str = "so", options: Options | None = None,
                workdir: Path | None = None, dump_dir: Path | None = None) -> Build:
     """Run the stage table up to and including `until`.
 
     Files go to `workdir` (a new temporary folder if None). A folder made here is
     removed when a stage fails (but for a ToolError, whose repro command names its
     files) or when nothing was written to it; otherwise the caller owns it."""
+    options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
     if until not in STAGE_NAMES:
         raise ValueError(f"until: expected one of {STAGE_NAMES}, got {until!r}")
     if options.cpu != "native" and options.cpu not in toolchain.CPU_LEVELS:
@@ -298,9 +299,10 @@ def cache_key(source: str | bytes, filename: str, options: Options) -> str:
     return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
 
 
-def build_so(source: str | bytes, filename: str = "<string>", options: Options = Options(),
+def build_so(source: str | bytes, filename: str = "<string>", options: Options | None = None,
              dump_dir: Path | None = None) -> Path:
     """Build (or fetch from the cache) a .so for `source`; returns its path."""
+    options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
     use_cache = os.environ.get("KINA_NO_CACHE") != "1" and dump_dir is None
     if use_cache:
         entry = cache_dir() / cache_key(source, filename, options)
@@ -331,13 +333,14 @@ def specialized(options: Options, dtypes=None, dims=None) -> Options:
                    dims=tuple(sorted({**dict(options.dims), **(dims or {})}.items())))
 
 
-def compile_source(text: str | bytes, filename: str = "<string>", options: Options = Options(), *,
+def compile_source(text: str | bytes, filename: str = "<string>", options: Options | None = None, *,
                    dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None):
     """Compile Kina source to a loaded module whose attributes are the Kina functions.
 
     `dtypes` gives a generic program's type parameters (`{"T": "F16"}`) and `dims`
     fixes symbolic dims (`{"S": 128}`, a static specialisation); both are checked by
     the checker, and the compile cache keys on them."""
+    options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
     from .runtime import LoadError, load
     options = specialized(options, dtypes, dims)
     so = build_so(text, filename, options)
@@ -354,7 +357,7 @@ def compile_source(text: str | bytes, filename: str = "<string>", options: Optio
     return module
 
 
-def compile_file(path: str | os.PathLike, options: Options = Options(), *,
+def compile_file(path: str | os.PathLike, options: Options | None = None, *,
                  dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None):
     """`compile_source` of the file at `path` (diagnostics name that file)."""
     path = Path(path)
