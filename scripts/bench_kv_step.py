@@ -1116,11 +1116,12 @@ def main(argv=None) -> int:
         torch = None
         notes.append("torch is not installed: the torch rows are skipped")
     sessions, ort_version = ort_sessions(args.threads, notes)
+    commit = git_commit()  # now: others may commit while this runs
 
     print(f"kv_step benchmark: {cpu_model()}, {os.cpu_count()} cores, LLC {llc_bytes() / MIB:.0f} MiB; "
           f"numpy {np.__version__} (OpenBLAS {corename}, 1 thread)"
           + (f", torch {torch.__version__}" if torch else "") + (f", onnxruntime {ort_version}" if ort_version else "")
-          + f"; kina {kina.__version__} @ {git_commit()}, default threads {args.default_threads}; "
+          + f"; kina {kina.__version__} @ {commit}, default threads {args.default_threads}; "
           f"threads {','.join(map(str, args.threads))}; load average {os.getloadavg()[0]:.2f}")
 
     compile_t = None if args.no_compile_time else measure_compile(args.compile_repeats)
@@ -1174,7 +1175,7 @@ def main(argv=None) -> int:
                     "load_average_start_end": [load_start, os.getloadavg()[0]],
                     "openblas_core": corename, "env": {k: os.environ.get(k) for k in
                                                        ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "KINA_NUM_THREADS")}},
-        "versions": {"kina": kina.__version__, "commit": git_commit(), "numpy": np.__version__,
+        "versions": {"kina": kina.__version__, "commit": commit, "numpy": np.__version__,
                      "torch": torch.__version__ if torch else None, "onnxruntime": ort_version,
                      "python": platform.python_version()},
         "args": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items() if k != "sizes"},
