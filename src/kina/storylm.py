@@ -362,9 +362,7 @@ class StoryLM:
     def prefill(self, tokens: Sequence[int], cache: StoryCache) -> np.ndarray:
         """Run `tokens` at once after the cache's positions (one decoder_prefill call per
         layer; decoder_step for one token), extend the cache; the logits after the last token."""
-        tokens = self._tokens("tokens", tokens)
-        if not tokens:
-            raise ValueError("tokens: expected at least one token")
+        tokens = self._some_tokens(tokens)
         self._check_cache(cache, len(tokens))
         return self._forward(tokens, cache)
 
@@ -376,9 +374,7 @@ class StoryLM:
 
     def recompute(self, tokens: Sequence[int]) -> np.ndarray:
         """The logits after `tokens`, all of them run afresh (one decoder_prefill call per layer, no cache)."""
-        tokens = self._tokens("tokens", tokens)
-        if not tokens:
-            raise ValueError("tokens: expected at least one token")
+        tokens = self._some_tokens(tokens)
         if len(tokens) > self.max_seq_len:
             raise ValueError(f"tokens: {len(tokens)} tokens exceed max_seq_len = {self.max_seq_len}")
         return self._forward(tokens, None)
@@ -387,13 +383,19 @@ class StoryLM:
     def _tokens(self, name: str, tokens) -> list[int]:
         return TinyDecoder._tokens(self, name, tokens)
 
+    def _some_tokens(self, tokens) -> list[int]:
+        tokens = self._tokens("tokens", tokens)
+        if not tokens:
+            raise ValueError("tokens: expected at least one token")
+        return tokens
+
     def trace(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True, on_step=None) -> Generation:
         """Greedy generation, keeping each step's logits [n_new, V] and time; see TinyDecoder.trace."""
         return TinyDecoder.trace(self, prompt_tokens, n_new, use_cache, on_step)
 
     def generate(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True) -> list[int]:
         """The n_new greedy (argmax) token ids that follow `prompt_tokens`."""
-        return self.trace(prompt_tokens, n_new, use_cache).tokens
+        return TinyDecoder.generate(self, prompt_tokens, n_new, use_cache)
 
 
 class NumPyStoryLM(StoryLM):
