@@ -12,7 +12,8 @@ and result of full extent along one of those axes into parts and calls the kerne
 once per part (the kernels take any outer strides). Each part runs the same code
 on the same values, so results are bit-identical for any thread count.
 
-Guarantees: conservative. An operation that mixes indices along an axis (concat
+Guarantees: conservative. Only an axis whose extent is a symbolic dim counts (a
+static one is a constant in the kernel's loops). An operation that mixes indices along an axis (concat
 along it, softmax or a reduction over it, a matmul's row and contraction axes, a
 reshape or transpose that moves it) stops the count there, and an expression kind
 this module does not know stops it at 0. Imports nothing from `mlir` or `lark`.
@@ -32,10 +33,12 @@ def independent_axes(fn: ast.Function) -> int:
         e = exprs.pop()
         exprs.extend(ast.children(e))
         k = min(k, _keeps(e, rank))
-    # every value of full rank must agree along each counted axis (or be 1 there)
+    # every value must agree along each counted axis (or be 1 there, or not have it), on a
+    # symbolic dim: a static one is compiled into the kernel's loops, which would run over
+    # the whole extent of a part
     for a in range(k):
         dims = {t.dims[a - (rank - t.rank)] for t in values if a - (rank - t.rank) >= 0} - {Dim(1)}
-        if len(dims) > 1:
+        if len(dims) > 1 or any(d.is_static for d in dims):
             return a
     return k
 
