@@ -167,7 +167,7 @@ def opt_main(argv: list[str]) -> int:
         return 1
     from mlir import ir
     from . import pipeline
-    from .lower import print_ir
+    from .irbuild import print_ir
     ctx = ir.Context()
     try:
         module = ir.Module.parse(text, ctx)

@@ -45,9 +45,10 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, math, tensor
 
 from . import ast
-from .types import DTYPES, Dim, TensorType, nearest
+from .irbuild import (DYN, affine_map, broadcast_matmul_maps, element_type, extend, generic, index, mac, mixed,
+                      slice_args, tensor_type)
+from .types import Dim, TensorType, nearest
 
-DYN = ir.ShapedType.get_dynamic_size()
 WIDE = {"F16": "F32", "BF16": "F32"}  # the dtypes whose sums (matmul, softmax) run in F32
 
 
@@ -61,96 +62,9 @@ def lower(program: ast.Program, context: ir.Context | None = None) -> ir.Module:
     return module
 
 
-def print_ir(module: ir.Module, locations: bool = False) -> str:
-    """The module as kinac prints it: SSA values named after the source's names."""
-    return module.operation.get_asm(enable_debug_info=locations, use_name_loc_as_prefix=True)
-
-
 def _loc(loc, name: str | None = None) -> ir.Location:
     file_loc = ir.Location.file(loc.file, loc.line, loc.col)
     return ir.Location.name(name, childLoc=file_loc) if name else file_loc
-
-
-def element_type(dtype: str) -> ir.Type:
-    return {"f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get, "f64": ir.F64Type.get,
-            "i32": lambda: ir.IntegerType.get_signless(32), "i64": lambda: ir.IntegerType.get_signless(64),
-            }[DTYPES[dtype][0]]()
-
-
-def tensor_type(t: TensorType) -> ir.RankedTensorType:
-    return ir.RankedTensorType.get([d.const if d.is_static else DYN for d in t.dims], element_type(t.dtype))
-
-
-def index(value: int) -> ir.Value:
-    return arith.ConstantOp(ir.IndexType.get(), value).result
-
-
-def affine_map(n: int, exprs) -> ir.AffineMap:
-    """The affine map (d0, ..., d{n-1}) -> (exprs)."""
-    return ir.AffineMap.get(n, 0, list(exprs))
-
-
-def matmul_maps(rank: int) -> tuple[list[ir.AffineMap], list[str]]:
-    """Maps of lhs (b..., i, k), rhs (b..., k, j), result (b..., i, j), and a second
-    (b..., k, j) output (a fused concat's slot), over the domain (batch..., i, k, j)."""
-    nb = rank - 2
-    n = nb + 3
-    d = [ir.AffineDimExpr.get(a) for a in range(n)]
-    b, i, k, j = d[:nb], d[nb], d[nb + 1], d[nb + 2]
-    maps = [affine_map(n, [*b, i, k]), affine_map(n, [*b, k, j]), affine_map(n, [*b, i, j]), affine_map(n, [*b, k, j])]
-    return maps, ["parallel"] * nb + ["parallel", "reduction", "parallel"]
-
-
-def broadcast_matmul_maps(lhs: TensorType, rhs: TensorType, result: TensorType) -> tuple[list[ir.AffineMap], list[str]]:
-    """The lhs, rhs and result maps of `lhs @ rhs` whose batch dims broadcast (np.matmul):
-    an operand's missing batch dims are left out of its map, and a batch dim of size 1
-    stretched to the result's reads index 0. Without broadcasting, `matmul_maps`."""
-    maps, iterators = matmul_maps(result.rank)
-    nb = result.rank - 2
-    d = [ir.AffineDimExpr.get(a) for a in range(nb + 3)]
-
-    def operand(t: TensorType, last):
-        first = nb - (t.rank - 2)  # the result batch dim of the operand's dim 0
-        batch = [ir.AffineConstantExpr.get(0) if dim == Dim(1) and result.dims[first + a] != Dim(1)
-                 else d[first + a] for a, dim in enumerate(t.dims[:-2])]
-        return affine_map(nb + 3, batch + last)
-    return [operand(lhs, d[nb:nb + 2]), operand(rhs, d[nb + 1:]), maps[2]], iterators
-
-
-def extend(v: ir.Value) -> ir.Value:
-    """`v` widened to f32 when it is f16 or bf16 (the WIDE rule), else `v`."""
-    f32 = ir.F32Type.get()
-    return v if v.type == f32 or v.type == ir.F64Type.get() else arith.ExtFOp(f32, v).result
-
-
-def mac(x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
-    """A matmul's body: acc + x * y (x and y widened to acc's type)."""
-    return arith.AddFOp(acc, arith.MulFOp(extend(x), extend(y)).result).result
-
-
-def generic(inputs, inits, maps, iterators, body) -> list[ir.Value]:
-    """A `linalg.generic` with one result per init; `body(*block_args)` returns the yielded values."""
-    op = linalg.GenericOp(
-        result_tensors=[v.type for v in inits], inputs=inputs, outputs=inits,
-        indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
-        iterator_types=ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{it}>") for it in iterators]))
-    block = op.regions[0].blocks.append(*[v.type.element_type for v in [*inputs, *inits]],
-                                        arg_locs=[op.location] * (len(inputs) + len(inits)))
-    with ir.InsertionPoint(block):
-        linalg.YieldOp(body(*block.arguments))
-    return list(op.results)
-
-
-def _mixed(values):
-    """Builder operands for mixed static/dynamic sizes: (dynamic values, static ints with DYN)."""
-    return [v for v in values if not isinstance(v, int)], [v if isinstance(v, int) else DYN for v in values]
-
-
-def slice_args(offsets, sizes):
-    """The operands of an extract_slice/insert_slice with unit strides, from ints and index values."""
-    dyn_off, st_off = _mixed(offsets)
-    dyn_size, st_size = _mixed(sizes)
-    return dyn_off, dyn_size, [], st_off, st_size, [1] * len(sizes)
 
 
 # -- one lowering per expression kind ---------------------------------------------
@@ -373,7 +287,7 @@ def _keep_rank(low: _FunctionLowering, v: ir.Value, t: TensorType, axis: int) ->
     groups = [[r if r < axis else r + 1] for r in range(t.rank - 1)]  # the result dim of each reduced dim
     if groups:  # (from rank 0 there are none)
         groups[max(axis - 1, 0)] = sorted(groups[max(axis - 1, 0)] + [axis])
-    dyn, static = _mixed([low.size(d) for d in t.dims])
+    dyn, static = mixed([low.size(d) for d in t.dims])
     return tensor.ExpandShapeOp(tensor_type(t), v, _reassociation(groups), dyn, static).result
 
 
@@ -465,7 +379,7 @@ def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
     if src.rank == 0 or dst.rank == 0:  # one element: every other dim is 1
         if src.rank:
             return tensor.CollapseShapeOp(tensor_type(dst), x, _reassociation([])).result
-        dyn, static = _mixed([low.size(d) for d in dst.dims])
+        dyn, static = mixed([low.size(d) for d in dst.dims])
         return tensor.ExpandShapeOp(tensor_type(dst), x, _reassociation([]), dyn, static).result
     runs = reshape_groups(src.dims, dst.dims)
     value = x
@@ -474,7 +388,7 @@ def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
                for s, _ in runs]
         value = tensor.CollapseShapeOp(ir.RankedTensorType.get(mid, elt), value, _reassociation([s for s, _ in runs])).result
     if any(len(d) > 1 for _, d in runs):
-        dyn, static = _mixed([low.size(d) for d in dst.dims])
+        dyn, static = mixed([low.size(d) for d in dst.dims])
         value = tensor.ExpandShapeOp(tensor_type(dst), value, _reassociation([d for _, d in runs]), dyn, static).result
     if value == x:  # the same shape: still an op of its own, so that a let can name it
         value = tensor.CastOp(tensor_type(dst), x).result

@@ -199,7 +199,7 @@ def _render(b: Build, stage: str) -> str | bytes:
     if stage in ("ast", "typed"):
         return ast.dump(b.program)
     if stage in PASS_NAMES or stage == "mlir":
-        from .lower import print_ir
+        from .irbuild import print_ir
         return print_ir(b.module, b.options.locations)
     if stage == "llvm":
         return b.llvm_ir.decode()

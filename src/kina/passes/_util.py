@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, memref, scf
 
-from ..lower import DYN, index, matmul_maps
+from ..irbuild import DYN, index, matmul_maps
 
 
 def rewrite_each(module_op, match, rewrite) -> int:
@@ -38,7 +38,7 @@ def iterators_of(op) -> list[str]:
 
 
 def _is_mac(block, x, y, acc) -> bool:
-    """Is `block`'s body `yield acc + x * y` as `lower.mac` builds it (x, y extended when narrow)?"""
+    """Is `block`'s body `yield acc + x * y` as `irbuild.mac` builds it (x, y extended when narrow)?"""
     body = list(block.operations)
     names = [o.name for o in body]
     if names == ["arith.extf", "arith.extf", "arith.mulf", "arith.addf", "linalg.yield"]:
@@ -55,7 +55,7 @@ def _is_mac(block, x, y, acc) -> bool:
 
 def matmul_form(op) -> str | None:
     """"plain" for a linalg.generic exactly as `lower` emits a matmul (ins (b..., i, k)
-    and (b..., k, j), out (b..., i, j), body `lower.mac`), on tensors or memrefs;
+    and (b..., k, j), out (b..., i, j), body `irbuild.mac`), on tensors or memrefs;
     "broadcast" for the same with broadcast batch dims (`lower.broadcast_matmul_maps`:
     an operand's batch dims each read a batch index or 0, `batch_indices`);
     "fused" for a plain one with a second out (b..., k, j) that receives y, as

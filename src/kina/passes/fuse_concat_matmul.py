@@ -22,7 +22,7 @@ and every use of %c and %mm takes the new concat and product. Along the
 contraction axis the lhs is sliced instead and the parts accumulate in turn.
 
 Guarantees: each output element still sums over k in ascending order with the same
-body (`lower.mac`), so fused and unfused results are bit-identical. A concat is
+body (`irbuild.mac`), so fused and unfused results are bit-identical. A concat is
 fused into at most one matmul, the first that reads it, and only when every other
 use of it comes later in the block (where the fused value dominates).
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import tensor
 
-from ..lower import DYN, generic, mac, matmul_maps, slice_args
+from ..irbuild import DYN, generic, mac, matmul_maps, slice_args
 from ._util import functions, matmul_form
 
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
-from ..lower import DYN, index
+from ..irbuild import DYN, index
 from ._util import batch_indices, dim, loop, maps_of, matmul_form, nest, rewrite_each
 
 # How many rhs rows one pass over j reads side by side, and how many bytes of a row

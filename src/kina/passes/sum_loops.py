@@ -25,7 +25,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
-from ..lower import affine_map, index
+from ..irbuild import affine_map, index
 from ._util import dim, iterators_of, loop, maps_of, nest, rewrite_each
 
 REDUCTION_BYTES = 256  # a sum's vector of partial sums: independent add chains to hide the add latency
