@@ -113,10 +113,17 @@ def check(step, dtype, rtol: float, torch) -> int:
 
 def main(argv: list[str]) -> int:
     source = ROOT / "examples" / "storylm0_kv_step.kina"
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     if argv:
         so = Path(argv[0])
         print(f"loading {so} through ctypes")
-        module = kina.load(so)
+        try:
+            module = kina.load(so)
+        except LoadError as e:
+            print(f"validate_kv_cache: error: {e}", file=sys.stderr)
+            return 2
     else:
         print(f"compiling {source.relative_to(ROOT)}")
         module = kina.compile_file(source)
