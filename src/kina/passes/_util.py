@@ -133,11 +133,3 @@ def nest(sizes, body, outer=()) -> None:
         body(list(outer))
     else:
         loop(index(0), sizes[len(outer)], index(1), lambda iv: nest(sizes, body, (*outer, iv)))
-
-
-def add(a, b):
-    return arith.AddIOp(a, b).result
-
-
-def mul(a, b):
-    return arith.MulIOp(a, b).result
