@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from kina import cli, passes, pipeline, toolchain
+from kina import cli, passes, pipeline, toolchain, translate
 from kina.diagnostics import ToolError
 
 from conftest import ROOT
@@ -183,3 +183,27 @@ def test_upstream_segments_match_the_mlir_opt_binary(name, level, mlir_opt, tmp_
     assert "llvm.func @kina_kv_step" in final and "llvm.func @_mlir_ciface_kina_kv_step" in final
     leftover = re.findall(r"\b(?:tensor|linalg|bufferization|memref|scf)\.\w+ ", final)
     assert not leftover, f"not lowered to the LLVM dialect: {sorted(set(leftover))}"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("level", [0, 3])
+def test_in_process_translation_is_what_mlir_translate_prints(name, level, tmp_path):
+    """The llvm stage translates in process; its LLVM IR is byte for byte the binary's."""
+    b = pipeline.run_stages((ROOT / "examples" / f"{name}.kina").read_text(), f"{name}.kina", "to-llvm",
+                            pipeline.Options(opt_level=level))
+    ours = translate.to_llvm_ir(b.module, tmp_path / "unused.mlir")
+    assert not (tmp_path / "unused.mlir").exists()  # the binary did not run
+    (tmp_path / "m.mlir").write_text(b.module.operation.get_asm())
+    theirs = toolchain.run("mlir-translate", ["--mlir-to-llvmir", str(tmp_path / "m.mlir")])
+    assert ours == theirs and b"define void @_mlir_ciface_kina_kv_step" in ours
+
+
+def test_translation_of_a_module_not_in_the_llvm_dialect_goes_to_the_binary(tmp_path):
+    """A module with any op the C function would not translate is given to mlir-translate,
+    whose error is a ToolError naming the file (the C function reports no failure)."""
+    from mlir import ir
+    with ir.Context(), ir.Location.unknown():
+        m = ir.Module.parse("func.func @f() { return }")
+        with pytest.raises(ToolError) as e:
+            translate.to_llvm_ir(m, tmp_path / "m.mlir")
+    assert "m.mlir" in str(e.value) and (tmp_path / "m.mlir").exists()

@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, ast, check as _check, syntax, toolchain
+from . import __version__, ast, check as _check, syntax, toolchain, translate
 from .diagnostics import InternalError, ToolError
 from .parallel import independent_axes
 from .passes import PASSES, Pass
@@ -154,9 +154,7 @@ def _pass_stage(p: Pass) -> Callable[[Build], None]:
 
 
 def _stage_llvm(b: Build) -> None:
-    mlir_path = b.workdir / "lowered.mlir"
-    mlir_path.write_text(b.module.operation.get_asm())
-    raw = toolchain.run("mlir-translate", ["--mlir-to-llvmir", str(mlir_path)])
+    raw = translate.to_llvm_ir(b.module, b.workdir / "lowered.mlir")
     triple, _ = toolchain.host()
     raw_path = b.workdir / "raw.ll"
     raw_path.write_bytes(raw)
