@@ -11,7 +11,8 @@
 #out = affine_map<(i, k, j) -> (i, j)>
 
 // A row of 40 is not a whole number of vectors: 8 rows of k per step, unrolled and
-// jammed into one j loop of vectors, a scalar tail of j, then the remaining k one at a time.
+// jammed into one j loop of vectors, then the tail's whole 64-byte lines as
+// vector<16xf32> steps, then scalars; then the remaining k one at a time.
 // CHECK-LABEL: func.func @unrolled(
 // CHECK-SAME:    %[[Q:[^:]+]]: memref<2x16xf32>, %[[K:[^:]+]]: memref<16x40xf32>, %[[ACC:[^:]+]]: memref<2x40xf32>)
 // CHECK-NOT:     linalg.generic
@@ -70,7 +71,11 @@
 // CHECK-NEXT:          %[[S7:.+]] = arith.addf %[[S6]], %[[P7]]
 // CHECK-NEXT:          vector.store %[[S7]], %[[ACC]][%[[I]], %[[J]]] : memref<2x40xf32>, vector<32xf32>
 // CHECK-NEXT:        }
-// CHECK-NEXT:        scf.for %[[JT:.+]] = %[[JVEC]] to %{{.+}} step %{{.+}} {
+// CHECK:             scf.for %[[JL:.+]] = %[[JVEC]] to %[[JLINES:.+]] step %{{.+}} {
+// CHECK:               %[[AL:.+]] = vector.load %[[ACC]][%[[I]], %[[JL]]] : memref<2x40xf32>, vector<16xf32>
+// CHECK:               vector.store %{{.+}}, %[[ACC]][%[[I]], %[[JL]]] : memref<2x40xf32>, vector<16xf32>
+// CHECK-NEXT:        }
+// CHECK-NEXT:        scf.for %[[JT:.+]] = %[[JLINES]] to %{{.+}} step %{{.+}} {
 // CHECK-NEXT:          %[[AT:.+]] = memref.load %[[ACC]][%[[I]], %[[JT]]] : memref<2x40xf32>
 // CHECK-NEXT:          %[[YT:.+]] = memref.load %[[K]][%[[K0]], %[[JT]]] : memref<16x40xf32>
 // CHECK-NEXT:          %[[PT:.+]] = arith.mulf %[[X0]], %[[YT]] : f32
@@ -201,9 +206,11 @@ func.func @short_rows(%q: memref<1x4xf32>, %k: memref<4x8xf32>, %acc: memref<1x8
 }
 
 // A fused matmul (fuse-concat-matmul's second out, the concat's slot): one k at a
-// time, and the copy of each rhs row goes to the slot with non-temporal stores:
-// scalar ones up to the slot row's first 64-byte boundary, then aligned vectors, then
-// the scalar tail. The register rows need every slot row aligned, checked at run time.
+// time, and each rhs row is copied to the slot: plain scalar stores up to the slot
+// row's first 64-byte boundary, then aligned non-temporal vectors (whole lines: 32
+// elements, then 16), then plain scalars for the last partial line, so that no cache
+// line is written both ways. The register rows need every slot row aligned, checked
+// at run time.
 // CHECK-LABEL: func.func @fused(
 // CHECK-SAME:    %[[Q:[^:]+]]: memref<1x4xf32>, %[[A:[^:]+]]: memref<4x64xf32, strided<[?, 1], offset: ?>>,
 // CHECK-SAME:    %[[ACC:[^:]+]]: memref<1x64xf32>, %[[SLOT:[^:]+]]: memref<4x64xf32, strided<[?, 1], offset: ?>>)
@@ -226,13 +233,16 @@ func.func @short_rows(%q: memref<1x4xf32>, %k: memref<4x8xf32>, %acc: memref<1x8
 // CHECK:               %[[HEAD:.+]] = arith.minui
 // CHECK-NEXT:          scf.for %[[JH:.+]] = %{{.+}} to %[[HEAD]] step %{{.+}} {
 // CHECK:                 %[[YH:.+]] = memref.load %[[A]][%[[K0]], %[[JH]]]
-// CHECK:                 memref.store %[[YH]], %[[SLOT]][%[[K0]], %[[JH]]] {nontemporal = true}
+// CHECK:                 memref.store %[[YH]], %[[SLOT]][%[[K0]], %[[JH]]] : memref
 // CHECK:               scf.for %[[JV:.+]] = %[[HEAD]] to %[[JEND:.+]] step %{{.+}} {
-// CHECK:                 %[[YV:.+]] = vector.load %[[A]][%[[K0]], %[[JV]]]
+// CHECK:                 %[[YV:.+]] = vector.load %[[A]][%[[K0]], %[[JV]]] {{.*}} vector<32xf32>
 // CHECK:                 vector.store %[[YV]], %[[SLOT]][%[[K0]], %[[JV]]] {alignment = 64 : i64, nontemporal = true}
-// CHECK:               scf.for %[[JT:.+]] = %[[JEND]] to %{{.+}} step %{{.+}} {
+// CHECK:               scf.for %[[JL:.+]] = %[[JEND]] to %[[JLINES:.+]] step %{{.+}} {
+// CHECK:                 %[[YL:.+]] = vector.load %[[A]][%[[K0]], %[[JL]]] {{.*}} vector<16xf32>
+// CHECK:                 vector.store %[[YL]], %[[SLOT]][%[[K0]], %[[JL]]] {alignment = 64 : i64, nontemporal = true}
+// CHECK:               scf.for %[[JT:.+]] = %[[JLINES]] to %{{.+}} step %{{.+}} {
 // CHECK:                 %[[YT:.+]] = memref.load %[[A]][%[[K0]], %[[JT]]]
-// CHECK:                 memref.store %[[YT]], %[[SLOT]][%[[K0]], %[[JT]]] {nontemporal = true}
+// CHECK:                 memref.store %[[YT]], %[[SLOT]][%[[K0]], %[[JT]]] : memref
 func.func @fused(%q: memref<1x4xf32>, %a: memref<4x64xf32, strided<[?, 1], offset: ?>>, %acc: memref<1x64xf32>, %slot: memref<4x64xf32, strided<[?, 1], offset: ?>>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out, #rhs], iterator_types = ["parallel", "reduction", "parallel"]}
       ins(%q, %a : memref<1x4xf32>, memref<4x64xf32, strided<[?, 1], offset: ?>>)

@@ -9,8 +9,8 @@ becomes, for each (batch..., i) and each block of UNROLL_K consecutive k,
       %a' = ((%a + %x0 * %y0) + %x1 * %y1) ... + %x7 * %y7
       vector.store %a', %acc[%i, %j]
     }
-with a scalar tail, or, for short output rows, the whole row of sums carried in
-vector registers through the k loop.
+then vector<16xf32> steps (one 64-byte line each) and a scalar tail, or, for short
+output rows, the whole row of sums carried in vector registers through the k loop.
 
 convert-linalg-to-loops would give (batch..., i, k, j) loops whose j loop streams
 one rhs row at a time. Here one j loop reads UNROLL_K rows side by side (several
@@ -22,11 +22,13 @@ or symbolic sizes and any outer strides.
 A fused matmul (fuse-concat-matmul: it also copies its rhs into a concat's slot)
 goes one row at a time and writes the copy with non-temporal stores: the copy is
 not read again here, so it need not be read into the cache before it is written,
-nor evict what is there. Vector ones must be aligned, so each row's j loop starts
-with scalar steps up to the first NT_ALIGN-byte boundary of the slot row; those
-and the tail are non-temporal too, so that every cache line of the slot is
-written by non-temporal stores alone (a line written partly both ways measured 2x
-slower). fence-nontemporal then orders them before the function returns.
+nor evict what is there. Those are aligned whole lines: each row's j loop starts
+with plain scalar steps up to the first NT_ALIGN-byte boundary of the slot row,
+then takes aligned vectors (VECTOR_BYTES, then one line at a time) and ends with
+plain scalars for the last partial line. So every cache line of the slot is written
+one way only (a line written partly both ways measured 2x slower), and none by
+scalar non-temporal stores (each is a partial-line write to memory: at a 4 MiB
+cache they cost a quarter of the decode step). fence-nontemporal then orders them before the function returns.
 
 A matmul whose output rows are short (a whole number of vectors, at most
 REGISTER_ROW_BYTES, like one attention head's values; checked at run time when the
@@ -91,6 +93,7 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
     elt_bytes = elt.width // 8
     width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
+    line = max(1, NT_ALIGN // elt_bytes)  # elements in one cache line (a whole non-temporal store)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
     # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
     most, n_static = REGISTER_ROW_BYTES // (width * elt_bytes), acc_t.shape[-1]
@@ -117,11 +120,13 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
         xs = [memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result for k in ks]
 
-        def step(j, vec):
-            if vec:
-                load = lambda m, ix: vector.LoadOp(vtype, m, ix).result
+        def step(j, vt, nontemporal):
+            """One step at j: a vector of type `vt`, or one element if vt is None; the
+            slot copy with non-temporal stores if `nontemporal`, else plain ones."""
+            if vt is not None:
+                load = lambda m, ix: vector.LoadOp(vt, m, ix).result
                 store = lambda v, m, ix: vector.StoreOp(v, m, ix)
-                xv = [vector.BroadcastOp(vtype, x).result for x in xs]
+                xv = [vector.BroadcastOp(vt, x).result for x in xs]
             else:
                 load = lambda m, ix: memref.LoadOp(m, ix).result
                 store = lambda v, m, ix: memref.StoreOp(v, m, ix)
@@ -130,26 +135,33 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
             for x, k in zip(xv, ks):
                 y = load(rhs, [*rhs_at(b), k, j])
                 a = arith.AddFOp(a, arith.MulFOp(x, y).result).result
-                if slot is not None and vec:
+                if slot is not None and vt is not None and nontemporal:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
                 elif slot is not None:
-                    memref.StoreOp(y, slot, [*b, k, j], nontemporal=True)
+                    memref.StoreOp(y, slot, [*b, k, j])
             store(a, acc, [*outer, j])
 
+        def steps(lo, hi, w, vt, nontemporal=False):
+            """Steps of w elements from lo while a whole one fits below hi; returns where they end."""
+            w = cst(w)
+            end = arith.AddIOp(lo, arith.SubIOp(arith.SubIOp(hi, lo).result,
+                                                arith.RemUIOp(arith.SubIOp(hi, lo).result, w).result).result).result
+            loop(lo, end, w, lambda j: step(j, vt, nontemporal))
+            return end
+
         start = zero
-        if slot is not None and use_vectors:  # scalar steps up to the slot row's first NT_ALIGN boundary (at most N)
+        if slot is not None and use_vectors:  # plain steps up to the slot row's first NT_ALIGN boundary (at most N)
             addr = slot_address([*b, ks[0]])
             gap = arith.RemUIOp(arith.SubIOp(cst(NT_ALIGN), arith.RemUIOp(addr, cst(NT_ALIGN)).result).result,
                                 cst(NT_ALIGN)).result
             start = arith.MinUIOp(arith.DivUIOp(gap, cst(elt_bytes)).result, N).result
-            loop(zero, start, one, lambda j: step(j, False))
-        n_vec = start
+            loop(zero, start, one, lambda j: step(j, None, False))
+        end = start
         if use_vectors:
-            w = cst(width)
-            left = arith.SubIOp(N, start).result
-            n_vec = arith.AddIOp(start, arith.SubIOp(left, arith.RemUIOp(left, w).result).result).result
-            loop(start, n_vec, w, lambda j: step(j, True))
-        loop(n_vec, N, one, lambda j: step(j, False))
+            end = steps(start, N, width, vtype, nontemporal=True)
+            if line < width:  # the tail's whole lines (slot-aligned, so non-temporal too)
+                end = steps(end, N, line, ir.VectorType.get([line], elt), nontemporal=True)
+        loop(end, N, one, lambda j: step(j, None, False))
 
     def rows_in_registers(outer, n_vectors):
         """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] (and, fused, slot[b, k, :] = rhs[b, k, :])
