@@ -33,6 +33,7 @@ import ctypes
 import hashlib
 import itertools
 import json
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +42,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from .pool import Pool
+from .pool import Pool, data_pointer
 from .toolchain import cpu_flags
 from .types import DTYPES, Dim, Signature, TensorType
 
@@ -86,9 +87,9 @@ def set_memory_limit(nbytes: int) -> None:
 def _aligned(allocate, shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    nbytes = dtype.itemsize * math.prod(shape)
     raw = allocate(nbytes + ALIGN, np.uint8)
-    start = -raw.ctypes.data % ALIGN
+    start = -data_pointer(raw) % ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
@@ -106,14 +107,15 @@ def zeros(shape, dtype=np.float32) -> np.ndarray:
 
 
 def _descriptor_words(arrays) -> array.array:
-    """The memref descriptors of `arrays`, back to back as int64 words: per array
-    {allocated, aligned, offset, sizes[r], strides[r]}, strides in elements."""
+    """The memref descriptors of `arrays` (passable: unit innermost stride), back to back
+    as int64 words: per array {allocated, aligned, offset, sizes[r], strides[r]}, strides
+    in elements."""
     words = []
+    add = words.extend
     for a in arrays:
-        p, it = a.ctypes.data, a.itemsize
-        words += (p, p, 0, *a.shape, *[s // it for s in a.strides[:-1]])
-        if a.ndim:
-            words.append(1)
+        p, it = data_pointer(a), a.itemsize
+        add((p, p, 0, *a.shape))
+        add([s // it for s in a.strides])
     return array.array("q", words)
 
 
@@ -236,18 +238,26 @@ class CheckPlan:
             symbols = tuple((a, d.symbol) for a, d in enumerate(t.dims) if d.symbol)
             compound = tuple((a, d) for a, d in enumerate(t.dims) if not d.is_static and not d.symbol)
             self.params.append((pname, t, numpy_dtype(t.dtype), static, symbols, compound))
-        self._temporaries = sig.temporaries
-        self._need: dict[tuple, int] = {}
+        self._sig, self._temporaries = sig, sig.temporaries
+        self._memo: dict[tuple, tuple] = {}
 
     def need(self, env: dict[str, int]) -> int:
         """Bytes of all intermediates at `env` (whose keys come in the same order every call)."""
+        return self._at(env)[0]
+
+    def result_shapes(self, env: dict[str, int]) -> list[tuple[int, ...]]:
+        """The result shapes at `env`."""
+        return self._at(env)[1]
+
+    def _at(self, env: dict[str, int]) -> tuple[int, list[tuple[int, ...]]]:
         key = tuple(env.values())
-        n = self._need.get(key)
-        if n is None:
-            if len(self._need) >= 1024:
-                self._need.clear()
-            n = self._need[key] = sum(t.nbytes(env) for t in self._temporaries)
-        return n
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= 1024:
+                self._memo.clear()
+            found = self._memo[key] = (sum(t.nbytes(env) for t in self._temporaries),
+                                       result_shapes(self._sig, env))
+        return found
 
 
 def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[list[np.ndarray], dict[str, int]]:
@@ -366,7 +376,7 @@ class Function:
         `default_threads()`) bounds the threads a large call may use."""
         threads = _check_threads(self.__name__, threads)
         arrays, env = self._bind(args)
-        outs = [RESULTS.empty(shape, dtype) for shape, dtype in zip(result_shapes(self.signature, env),
+        outs = [RESULTS.empty(shape, dtype) for shape, dtype in zip(self._plan.result_shapes(env),
                                                                     self._result_dtypes)]
         self.call_unchecked(arrays, outs, threads)
         return tuple(outs)
@@ -376,7 +386,7 @@ class Function:
         shapes and dtypes, writable, unit innermost stride; views are fine). Every
         argument and out is checked; an out may not overlap an input or another out."""
         arrays, env = self._bind(args)
-        name, shapes = self.__name__, result_shapes(self.signature, env)
+        name, shapes = self.__name__, self._plan.result_shapes(env)
         if not isinstance(outs, (list, tuple)) or len(outs) != len(shapes):
             raise TypeError(f"{name}(): outs must be a list of {len(shapes)} arrays, got {outs!r:.60}")
         for i, (o, shape, dtype) in enumerate(zip(outs, shapes, self._result_dtypes)):
@@ -477,7 +487,7 @@ class PreparedCall:
 
     def set_data(self, arg: int, a: np.ndarray) -> None:
         """Argument `arg` now points at `a`'s data (same shape and strides as before)."""
-        self.words[self._starts[arg]] = self.words[self._starts[arg] + 1] = a.ctypes.data
+        self.words[self._starts[arg]] = self.words[self._starts[arg] + 1] = data_pointer(a)
 
     def __call__(self) -> None:
         if self._fn._module.closed:
