@@ -36,7 +36,6 @@ import json
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ml_dtypes
@@ -321,21 +320,54 @@ def default_threads() -> int:
 
 
 # A call moving less than this runs on one thread. Measured on this project's 2-core
-# machine (scripts/bench_kv_step.py): the decode step split over 2 threads is slower
-# below ~32 MiB of cache (64 MiB moved), ties there, and is 1.25-1.45x faster from 64 MiB.
-PARALLEL_MIN_BYTES = 64 << 20
-_workers: ThreadPoolExecutor | None = None
-_workers_lock = threading.Lock()
+# VM (H=32, Dh=128; a split costs ~130 us of hand-over, most of it waking the other
+# core): two threads take 0.8x as long at a 4 MiB cache (8 MiB moved by the functional
+# step), 1.1x at 8 MiB, 1.2x at 16 and 32 MiB (the in-place step moves just the cache).
+PARALLEL_MIN_BYTES = 16 << 20
 
 
-def _executor(threads: int) -> ThreadPoolExecutor:
-    global _workers
-    with _workers_lock:
-        if _workers is None or _workers._max_workers < threads:
-            old, _workers = _workers, ThreadPoolExecutor(threads, thread_name_prefix="kina")
-            if old is not None:
-                old.shutdown(wait=False)
-        return _workers
+class _Worker:
+    """A thread that runs one kernel call at a time, handed over through two locks
+    (cheaper to wake than an executor's queue: on this 2-core VM about 70 us against
+    90 us from hand-over to the call's return, most of it the hypervisor waking a core)."""
+
+    def __init__(self):
+        self._go, self._done = threading.Lock(), threading.Lock()
+        self._go.acquire()
+        self._done.acquire()
+        self._job = None
+        threading.Thread(target=self._loop, name="kina-worker", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._go.acquire()
+            cfunc, pointers = self._job
+            cfunc(*pointers)  # ctypes releases the GIL for the call
+            self._done.release()
+
+    def start(self, cfunc, pointers) -> None:
+        self._job = (cfunc, pointers)
+        self._go.release()
+
+    def wait(self) -> None:
+        self._done.acquire()
+        self._job = None
+
+
+_idle: list[_Worker] = []
+_idle_lock = threading.Lock()
+
+
+def _take_workers(n: int) -> list[_Worker]:
+    """n idle workers (new ones if too few are idle: concurrent callers never share one)."""
+    with _idle_lock:
+        taken = [_idle.pop() for _ in range(min(n, len(_idle)))]
+    return taken + [_Worker() for _ in range(n - len(taken))]
+
+
+def _give_back(workers: list[_Worker]) -> None:
+    with _idle_lock:
+        _idle.extend(workers)
 
 
 def _check_threads(name: str, threads) -> int:
@@ -428,10 +460,19 @@ class Function:
         parts = self._parts(arrays, outs, threads) if threads > 1 and self.independent_axes else None
         if parts is None:
             return self._run(arrays, outs)
-        done = [_executor(threads).submit(self._run, a, o) for a, o in parts[1:]]
-        self._run(*parts[0])
-        for f in done:
-            f.result()
+        # every part's descriptors are built here, so the workers run the kernel and nothing else
+        words = [_descriptor_words((*a, *o)) for a, o in parts]
+        calls = [[w.buffer_info()[0] + offset for offset in self._offsets] for w in words]
+        workers, started = _take_workers(len(calls) - 1), []
+        try:
+            for worker, pointers in zip(workers, calls[1:]):
+                worker.start(self._cfunc, pointers)
+                started.append(worker)
+            self._cfunc(*calls[0])
+        finally:
+            for worker in started:
+                worker.wait()
+            _give_back(workers)
 
     def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> "PreparedCall":
         """A call on fixed buffers whose descriptors are built once (see PreparedCall);
