@@ -186,14 +186,19 @@ def test_concurrent_calls_from_python_threads(step, monkeypatch):
             assert_same(a, b)
 
 
-def test_in_place_step_on_threads_with_nan_in_unused_slots(monkeypatch):
+@pytest.mark.parametrize("B, H", [(1, 8), (3, 2)])  # split by heads; by batch
+def test_in_place_step_on_threads_with_nan_in_unused_slots(monkeypatch, B, H):
+    """KVCache runs one prepared call per part on its buffers: the same bits as one
+    thread, after every step, and after its thread count changes."""
     from kina.decode import KVCache
     monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
-    B, H, Dh = 1, 8, 32
+    Dh = 32
     caches = [KVCache(B, H, Dh, 64, threads=n) for n in (1, 2, 5)]
     for c in caches:
         c._k[:], c._v[:] = np.nan, np.nan  # unused slots never reach a result
-    for t in range(6):
+    for t in range(8):
+        if t == 4:
+            caches[1].threads, caches[2].threads = 3, 2
         q, _, k_new, _, v_new, _ = kv_inputs(B, H, Dh, 0, seed=t)
         got = [c.step(q, k_new, v_new, 0.125) for c in caches]
         for g in got[1:]:

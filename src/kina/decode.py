@@ -112,6 +112,7 @@ class KVCache:
         self._s = runtime.empty((1, 1, 1, 1), self.dtype)
         self._call = self._kernels.attend.prepare([self._q, self._k, self._v, self._s],
                                                   [runtime.empty((B, H, 1, Dh), self.dtype)])
+        self._split_calls: tuple[int, list] | None = None  # (threads, [(call, heads), ...])
 
     def __repr__(self) -> str:
         return (f"KVCache(batch={self.batch}, n_heads={self.n_heads}, head_dim={self.head_dim}, "
@@ -252,21 +253,41 @@ class KVCache:
 
     def _attend(self, q: np.ndarray, scale: float) -> np.ndarray:
         # Every argument is known good here (q checked by the caller, the rest built by
-        # this cache), so the kernel is called without the runtime's per-call checks.
+        # this cache), so the kernel is called without the runtime's per-call checks:
+        # one prepared call (or one per thread) on the cache's buffers, whose
+        # descriptors get only the fill and the context's pointer patched.
         n = self._n
         out = np.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
         self._s[0, 0, 0, 0] = scale
-        if self.threads > 1 and 2 * n * self._bytes_per_position >= runtime.PARALLEL_MIN_BYTES:
-            args = [runtime.as_passable(q), self._k[..., :n], self._v[:, :, :n, :], self._s]
-            self._kernels.attend.call_unchecked(args, [out], self.threads)
-            return out
         self._q[...] = q
-        call = self._call
+        if self.threads > 1 and 2 * n * self._bytes_per_position >= runtime.PARALLEL_MIN_BYTES:
+            parts = self._parts()
+            if parts:
+                for call, where in parts:
+                    self._patch(call, n, out[where])
+                runtime.call_concurrently([call for call, _ in parts])
+                return out
+        self._patch(self._call, n, out)
+        self._call()
+        return out
+
+    @staticmethod
+    def _patch(call, n: int, out: np.ndarray) -> None:
         call.set_size(1, 3, n)  # K^T [B, H, Dh, n]
         call.set_size(2, 2, n)  # V [B, H, n, Dh]
         call.set_data(4, out)
-        call()
-        return out
+
+    def _parts(self) -> list:
+        """Prepared calls on the runtime's split of the cache's buffers (by batch, else by
+        heads: the parts a split call would run), each with the index of the context
+        it writes; made once per thread count."""
+        if self._split_calls is None or self._split_calls[0] != self.threads:
+            attend = self._kernels.attend
+            context = np.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
+            split = attend.split([self._q, self._k, self._v, self._s], [context], self.threads) or []
+            parts = [(attend.prepare(arrays, outs), where) for arrays, outs, where in split]
+            self._split_calls = (self.threads, parts)
+        return self._split_calls[1]
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
         """The Section 19 step in place: append k_new and v_new, then attend with q."""

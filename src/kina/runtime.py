@@ -461,18 +461,8 @@ class Function:
         if parts is None:
             return self._run(arrays, outs)
         # every part's descriptors are built here, so the workers run the kernel and nothing else
-        words = [_descriptor_words((*a, *o)) for a, o in parts]
-        calls = [[w.buffer_info()[0] + offset for offset in self._offsets] for w in words]
-        workers, started = _take_workers(len(calls) - 1), []
-        try:
-            for worker, pointers in zip(workers, calls[1:]):
-                worker.start(self._cfunc, pointers)
-                started.append(worker)
-            self._cfunc(*calls[0])
-        finally:
-            for worker in started:
-                worker.wait()
-            _give_back(workers)
+        words = [_descriptor_words((*a, *o)) for a, o, _ in parts]
+        _run_concurrently(self._cfunc, [[w.buffer_info()[0] + offset for offset in self._offsets] for w in words])
 
     def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> "PreparedCall":
         """A call on fixed buffers whose descriptors are built once (see PreparedCall);
@@ -485,10 +475,16 @@ class Function:
         self._cfunc(*[base + offset for offset in self._offsets])
 
     def _parts(self, arrays, outs, threads: int):
-        """(arrays, outs) per part along the first independent axis long enough, or None."""
-        every = [*arrays, *outs]
-        if sum(a.nbytes for a in every) < PARALLEL_MIN_BYTES:
+        """`split`, or None when the call moves less than PARALLEL_MIN_BYTES."""
+        if sum(a.nbytes for a in (*arrays, *outs)) < PARALLEL_MIN_BYTES:
             return None
+        return self.split(arrays, outs, threads)
+
+    def split(self, arrays, outs, threads: int):
+        """(arrays, outs, where) per part along the first independent axis of length 2 or
+        more, in up to `threads` parts: views, and the part's index into an array of the
+        call's full rank; None if there is no such axis."""
+        every = [*arrays, *outs]
         rank = max(a.ndim for a in every)
         for axis in range(self.independent_axes):
             n = max(a.shape[axis - (rank - a.ndim)] if axis - (rank - a.ndim) >= 0 else 1 for a in every)
@@ -501,9 +497,32 @@ class Function:
                 if ax < 0 or a.shape[ax] != n:
                     return a  # shared along this axis (size 1, or absent)
                 return a[(slice(None),) * ax + (slice(lo, hi),)]
-            return [([part(a, lo, hi) for a in arrays], [part(o, lo, hi) for o in outs])
-                    for lo, hi in zip(bounds, bounds[1:])]
+            return [([part(a, lo, hi) for a in arrays], [part(o, lo, hi) for o in outs],
+                     (slice(None),) * axis + (slice(lo, hi),)) for lo, hi in zip(bounds, bounds[1:])]
         return None
+
+
+def _run_concurrently(cfunc, calls: list[list[int]]) -> None:
+    """cfunc(*pointers) for each pointer list: the first here, the others on worker threads."""
+    workers, started = _take_workers(len(calls) - 1), []
+    try:
+        for worker, pointers in zip(workers, calls[1:]):
+            worker.start(cfunc, pointers)
+            started.append(worker)
+        cfunc(*calls[0])
+    finally:
+        for worker in started:
+            worker.wait()
+        _give_back(workers)
+
+
+def call_concurrently(calls: list["PreparedCall"]) -> None:
+    """Run prepared calls of one function at once (each on its own thread, the first on
+    this one), as a split call does; like each call, nothing is checked."""
+    fn = calls[0]._fn
+    if fn._module.closed:
+        raise ValueError(f"{fn.__name__}(): the module {fn._module.path.name} is closed")
+    _run_concurrently(fn._cfunc, [c._pointers for c in calls])
 
 
 class PreparedCall:
