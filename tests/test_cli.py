@@ -10,12 +10,14 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kina
-from kina import cli
+from kina import cli, pipeline, toolchain
+from kina.diagnostics import KinaError, ToolError
 
 from conftest import EXAMPLES
 
@@ -539,3 +541,35 @@ def test_run_input_error_in_a_real_process(tmp_path):
     proc = kinac("run", STATIC, *_npy_inputs(tmp_path, arrays))
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr == "kinac: error: kv_step(): parameter 'q_new' expects dtype float32 (F32), got float64\n"
+
+
+def test_a_started_tool_that_fails_names_a_file_that_reruns_it(example, monkeypatch, tmp_path):
+    """opt and llc start before their input exists and read it from stdin; when one
+    fails, the ToolError's command names the input file it was also given (kept)."""
+    fake = tmp_path / "fake-llc"
+    fake.write_text("#!/bin/sh\ncat > /dev/null\necho 'fake-llc: no' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    real = toolchain.find
+    monkeypatch.setattr(toolchain, "find", lambda tool: str(fake) if tool == "llc" else real(tool))
+    with pytest.raises(ToolError) as e:
+        pipeline.run_stages(example.read_text(), str(example), "so")
+    assert "fake-llc: no" in str(e.value)
+    ll = re.search(r"(\S+/opt\.ll)", str(e.value)).group(1)
+    assert Path(ll).read_bytes().startswith(b"; ModuleID")
+
+
+def test_started_tools_are_stopped_when_a_build_ends_early(monkeypatch):
+    started = []
+    real = toolchain.Started
+
+    def recording(*a):
+        started.append(real(*a))
+        return started[-1]
+    monkeypatch.setattr(toolchain, "Started", recording)
+    with pytest.raises(KinaError):
+        pipeline.run_stages("let f = fn(", "bad.kina", "so")
+    assert [s.tool for s in started] == ["opt", "llc"]
+    assert all(s._proc.poll() is not None for s in started)
+    started.clear()
+    pipeline.run_stages((EXAMPLES / "storylm0_kv_step.kina").read_text(), "kv.kina", "mlir")
+    assert started == []  # --emit before llvm starts nothing

@@ -6,7 +6,10 @@ Each stage is a small function from one representation to the next: the front
 end (`ast`, `typed`), the reference IR (`mlir`), then one stage per pass of
 `kina.passes.PASSES` (the passes marked `optimisation` are skipped at -O0), then
 LLVM IR, the object file and the .so. `--emit X` stops after stage X (any pass
-included); `--dump-dir` writes every stage's output, numbered.
+included); `--dump-dir` writes every stage's output, numbered. A build that goes
+past the MLIR stages starts `opt` and `llc` at once, reading stdin, so that their
+start (loading LLVM) overlaps the front end and the passes; each gets its input
+when its stage comes, and is killed if the build ends before.
 
 In:  Kina source text and `Options`.
 Out: the output of the requested stage; for `so`, a built .so with its sidecar
@@ -74,6 +77,7 @@ class Build:
     llvm_ir: bytes = b""
     obj: bytes = b""
     so_path: Path | None = None
+    started: dict = field(default_factory=dict)  # tool name -> toolchain.Started, waiting for its input
 
     @property
     def target_cpu(self) -> str:
@@ -153,22 +157,41 @@ def _pass_stage(p: Pass) -> Callable[[Build], None]:
     return stage
 
 
+def _opt_args(b: Build) -> list[str]:
+    return [f"-O{b.options.opt_level}", f"-mtriple={toolchain.host()[0]}", *b.target_args, "-S"]
+
+
+def _llc_args(b: Build) -> list[str]:
+    return [f"-O{b.options.opt_level}", f"-mtriple={toolchain.host()[0]}", *b.target_args,
+            "-relocation-model=pic", "-filetype=obj"]
+
+
+def _start_tools(b: Build, until: str) -> None:
+    """Start `opt` (and `llc`) now, reading stdin, if the build goes that far."""
+    if STAGE_NAMES.index(until) >= STAGE_NAMES.index("llvm"):
+        b.started["opt"] = toolchain.Started("opt", [*_opt_args(b), "-", "-o", "-"])
+    if STAGE_NAMES.index(until) >= STAGE_NAMES.index("obj"):
+        b.started["llc"] = toolchain.Started("llc", [*_llc_args(b), "-", "-o", str(b.workdir / "out.o")])
+
+
+def _tool(b: Build, tool: str, data: bytes, args: list[str], path: Path, out: list[str]) -> bytes:
+    """Run `tool args path out` on `data` (written to `path`, which the repro command
+    names), through the process started for it if there is one."""
+    path.write_bytes(data)
+    started = b.started.pop(tool, None)
+    if started is None:
+        return toolchain.run(tool, [*args, str(path), *out])
+    return started.finish(data, [*args, str(path), *out])
+
+
 def _stage_llvm(b: Build) -> None:
     raw = translate.to_llvm_ir(b.module, b.workdir / "lowered.mlir")
-    triple, _ = toolchain.host()
-    raw_path = b.workdir / "raw.ll"
-    raw_path.write_bytes(raw)
-    b.llvm_ir = toolchain.run("opt", [f"-O{b.options.opt_level}", f"-mtriple={triple}", *b.target_args,
-                                      "-S", str(raw_path), "-o", "-"])
+    b.llvm_ir = _tool(b, "opt", raw, _opt_args(b), b.workdir / "raw.ll", ["-o", "-"])
 
 
 def _stage_obj(b: Build) -> None:
-    ll = b.workdir / "opt.ll"
-    ll.write_bytes(b.llvm_ir)
-    triple, _ = toolchain.host()
     obj = b.workdir / "out.o"
-    toolchain.run("llc", [f"-O{b.options.opt_level}", f"-mtriple={triple}", *b.target_args,
-                          "-relocation-model=pic", "-filetype=obj", str(ll), "-o", str(obj)])
+    _tool(b, "llc", b.llvm_ir, _llc_args(b), b.workdir / "opt.ll", ["-o", str(obj)])
     b.obj = obj.read_bytes()
 
 
@@ -231,6 +254,7 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
         raise ValueError(f"cpu: expected 'native' or one of {', '.join(toolchain.CPU_LEVELS)}, got {options.cpu!r}")
     b = Build(source, filename, options, Path(workdir or tempfile.mkdtemp(prefix="kina-")))
     try:
+        _start_tools(b, until)
         _run(b, source, until, dump_dir)
     except ToolError:
         raise  # its repro command names files in the work dir: keep them
@@ -238,6 +262,9 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
         if workdir is None:
             shutil.rmtree(b.workdir, ignore_errors=True)
         raise
+    finally:
+        for started in b.started.values():  # a stage that failed, or --emit before it
+            started.cancel()
     if workdir is None and STAGE_NAMES.index(until) < STAGE_NAMES.index("llvm"):
         shutil.rmtree(b.workdir, ignore_errors=True)  # nothing was written there
     return b

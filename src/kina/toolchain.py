@@ -50,6 +50,29 @@ def run(tool: str, args: list[str]) -> bytes:
     return proc.stdout
 
 
+class Started:
+    """A tool started before its input exists, reading it from stdin: loading LLVM
+    (about 20 ms per tool) overlaps the compiler's own work on another core.
+    `finish(input, repro)` feeds it and waits; `repro` are the arguments, naming an
+    input file, that rerun it by hand if it fails. `cancel()` kills it."""
+
+    def __init__(self, tool: str, args: list[str]):
+        self.tool, self.args = tool, args
+        self._proc = subprocess.Popen([find(tool), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+
+    def finish(self, data: bytes, repro: list[str]) -> bytes:
+        out, err = self._proc.communicate(data)
+        if self._proc.returncode != 0:
+            raise ToolError(self.tool, shlex.join([find(self.tool), *repro]), err.decode(errors="replace"))
+        return out
+
+    def cancel(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.communicate()
+
+
 @lru_cache(maxsize=1)
 def host() -> tuple[str, str]:
     """(target triple, host CPU name) as LLVM sees this machine."""
