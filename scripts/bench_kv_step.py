@@ -106,8 +106,8 @@ The JSON (--json, default build/bench_kv_step.json) has every figure, the sample
 The exit status is 0 whether or not the targets pass: this measures, it does not gate.
 
 --plot FILE.png draws each variant's median time against the cache size, one panel per HxDh,
-with the floors (needs matplotlib, in the [bench] extra); with --from-json it draws a
-report written earlier instead of measuring.
+with the floors (needs matplotlib, in the [bench] extra); --markdown prints the README's table;
+with --from-json either works on a report written earlier instead of measuring.
 """
 from __future__ import annotations
 
@@ -901,6 +901,40 @@ def print_size(r: dict) -> None:
               f"{r['cache_bytes'] / v['median_s'] / 1e9:>8.1f}")
 
 
+def markdown_table(report: dict) -> str:
+    """The README's performance table: one row per size, from a report (medians)."""
+    D = report["args"]["default_threads"]
+    one, most = min(report["args"]["threads"]), max(report["args"]["threads"])
+    bw = report["bandwidth"]["by_threads"][str(one)]["read"]
+
+    def ms(v):
+        return f"{fmt_t(v['median_s'])} ms" if v else "-"
+
+    def best_of(v, lib):
+        rows = [x for name, x in v.items() if name.startswith(f"{lib} ")]
+        return ms(min(rows, key=lambda x: x["median_s"])) if rows else "-"
+
+    def ratio(v, a, b):
+        return f"{v[a]['median_s'] / v[b]['median_s']:.2f}" if a in v and b in v else "-"
+    lines = [f"| H, Dh | S_past (cache) | Kina fn() {one}T / {most}T | vs call_into ({one}T, loop {one}T) | "
+             f"{D}T vs NumPy | NumPy | torch best | ort best | in place {one}T / {most}T | "
+             f"vs NumPy in place ({one}T) | in place {one}T reads K+V at |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in report["sizes"]:
+        v, c = r["variants"], r["cache_bytes"]
+        ip = v.get(f"kina in place {one}T")
+        reads = f"{c / ip['median_s'] / 1e9:.1f} GB/s ({c / ip['median_s'] / bw:.0%})" if ip else "-"
+        lines.append(
+            f"| {r['H']}, {r['Dh']} | {r['S_past']} ({c / MIB:g} MiB) | "
+            f"{fmt_t(v[f'kina fn() {one}T']['median_s'])} / {ms(v.get(f'kina fn() {most}T'))} | "
+            f"{ratio(v, f'kina fn() {one}T', f'kina call_into {one}T')}, "
+            f"{ratio(v, f'kina loop fn() {one}T', f'kina loop call_into {one}T')} | "
+            f"{ratio(v, f'kina fn() {D}T', 'numpy')} | {ms(v.get('numpy'))} | {best_of(v, 'torch')} | "
+            f"{best_of(v, 'ort')} | {fmt_t(ip['median_s']) if ip else '-'} / {ms(v.get(f'kina in place {most}T'))} | "
+            f"{ratio(v, f'kina in place {one}T', 'numpy in place')} | {reads} |")
+    return "\n".join(lines)
+
+
 # -- plot --------------------------------------------------------------------------
 
 REPORT_FORMAT = "kina-bench-kv-step-1"
@@ -1074,10 +1108,12 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="a fast look: S_past 127,2047, 5 repeats, 3 compiles")
     p.add_argument("--json", default=str(ROOT / "build" / "bench_kv_step.json"), help="where to write the JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the times per cache size, with the floors")
-    p.add_argument("--from-json", metavar="FILE", help="with --plot: draw this report (from --json), measure nothing")
+    p.add_argument("--from-json", metavar="FILE",
+                   help="with --plot or --markdown: use this report (from --json), measure nothing")
+    p.add_argument("--markdown", action="store_true", help="also print the README's table (medians) of the report")
     a = p.parse_args(argv)
-    if a.from_json and not a.plot:
-        p.error("--from-json draws a report: give --plot FILE.png too")
+    if a.from_json and not (a.plot or a.markdown):
+        p.error("--from-json reads a report: give --plot FILE.png or --markdown too")
     if a.plot:
         plotting.check_target(a.plot)  # before a long run, not after it
     if a.quick:
@@ -1096,7 +1132,11 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.from_json:
-        print(f"wrote {plot(load_report(args.from_json), args.plot)}")
+        report = load_report(args.from_json)
+        if args.markdown:
+            print(markdown_table(report))
+        if args.plot:
+            print(f"wrote {plot(report, args.plot)}")
         return 0
     notes: list[str] = []
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
@@ -1188,6 +1228,8 @@ def main(argv=None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {path}")
+    if args.markdown:
+        print(markdown_table(report))
     if args.plot:
         print(f"wrote {plot(report, args.plot)}")
     return 0

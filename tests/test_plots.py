@@ -107,7 +107,7 @@ def test_bench_kv_step_from_json_errors(scripts, tmp_path, capsys):
     bench, png = scripts("bench_kv_step"), str(tmp_path / "kv.png")
     with pytest.raises(SystemExit) as e:
         bench.main(["--from-json", "x.json"])
-    assert e.value.code == 2 and "--from-json draws a report: give --plot FILE.png too" in capsys.readouterr().err
+    assert e.value.code == 2 and "--from-json reads a report: give --plot FILE.png or --markdown too" in capsys.readouterr().err
     with pytest.raises(SystemExit, match=r"--from-json: cannot read .*missing\.json"):
         bench.main(["--plot", png, "--from-json", str(tmp_path / "missing.json")])
     (tmp_path / "bad.json").write_text("{not json")
@@ -117,6 +117,27 @@ def test_bench_kv_step_from_json_errors(scripts, tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"expected a 'kina-bench-kv-step-1' report .*got format 'something-else'"):
         bench.main(["--plot", png, "--from-json", str(tmp_path / "other.json")])
     assert not (tmp_path / "kv.png").exists()
+
+
+def test_bench_kv_step_markdown_table_from_json(scripts, tmp_path, capsys):
+    """--markdown prints the README's table from a report: medians, and their ratios."""
+    times = {"kina fn() 1T": 2.0, "kina fn() 2T": 1.5, "kina call_into 1T": 1.6, "kina call_into 2T": 1.5,
+             "kina loop fn() 1T": 2.2, "kina loop call_into 1T": 2.0, "numpy": 5.0, "torch 1T": 6.0,
+             "torch 2T": 4.0, "ort 1T": 5.5, "ort 2T": 3.0, "kina in place 1T": 1.25, "kina in place 2T": 1.0,
+             "numpy in place": 2.5}
+    cache = 2 * 32 * 128 * 2048 * 4  # 64 MiB
+    report = tiny_report()
+    report["args"].update(threads=[1, 2], default_threads=2)
+    report["bandwidth"]["by_threads"] = {"1": {"read": 64e9}, "2": {"read": 80e9}}
+    report["sizes"] = [{"H": 32, "Dh": 128, "B": 1, "S_past": 2047, "cache_bytes": cache,
+                        "variants": {name: {"median_s": t * 1e-3} for name, t in times.items()}}]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    assert scripts("bench_kv_step").main(["--markdown", "--from-json", str(path)]) == 0
+    header, rule, row = capsys.readouterr().out.splitlines()
+    assert header.startswith("| H, Dh | S_past (cache) | Kina fn() 1T / 2T |") and rule.count("---") == 11
+    assert row == ("| 32, 128 | 2047 (64 MiB) | 2.00 / 1.50 ms | 1.25, 1.10 | 0.30 | 5.00 ms | 4.00 ms | 3.00 ms "
+                   "| 1.25 / 1.00 ms | 0.50 | 53.7 GB/s (84%) |")
 
 
 # -- demo_generate's progress bar --------------------------------------------------
