@@ -32,8 +32,10 @@ dims, one .so for every S, compiled with KINA_NO_CACHE=1 so the current compiler
                      dims, one model for every size), run with IO binding on the same NumPy inputs and
                      preallocated results. If onnxruntime and onnx import (the [bench] extra).
   After each multi-threaded torch or ort sample (not timed) torch goes back to one thread and the
-  run sleeps 20 ms: libgomp's and onnxruntime's idle workers spin for milliseconds, which would
-  otherwise steal the second core from whatever runs next on this 2-core machine.
+  run waits 100 ms (busy, see busy_wait): libgomp's and onnxruntime's idle workers spin for a while (onnxruntime's
+  two-thread session measured 55-60 ms of CPU after each run), which would otherwise steal the
+  second core from whatever runs next on this 2-core machine (Kina's 2T in-place rows measured
+  1.9-6.6 ms at a 64 MiB cache with a 20 ms pause, 2.3-2.7 ms without onnxruntime).
 The Section 19 host loop, one chain per input set (a chain starts from its set's k_past, v_past):
   kina loop fn() nT        k_next, v_next, context = mod.kv_step(q, k, k_new, v, v_new, scale,
                            threads=n); then k, v = k_next[..., :S], v_next[:, :, :S]: each call's
@@ -148,7 +150,7 @@ MIB = 1 << 20
 F32 = 4
 TARGET_MIN_CACHE = 4 * MIB
 T_MAX_SLACK = 256  # unused positions past the in-place fill, so the filled prefix is a strided view
-SETTLE_S = 0.02  # after a multi-threaded torch/ort sample: let their idle workers stop spinning
+SETTLE_S = 0.1  # after a multi-threaded torch/ort sample: let their idle workers stop spinning
 
 # A copy kernel for the copy bandwidth: a concat along the contraction axis of a one-row
 # matmul is fused into it (fuse-concat-matmul), and the fused loop writes the concat with
@@ -285,7 +287,7 @@ class BandwidthKernels:
                         out.setdefault(str(n), {}).setdefault(kind, {}).setdefault(name, []).append(self.nbytes / dt)
                 if n > 1 and self.torch is not None:
                     self.torch.set_num_threads(1)
-                    time.sleep(SETTLE_S)
+                    busy_wait(SETTLE_S)
         return out
 
 
@@ -512,11 +514,19 @@ def numpy_functional(fpool: Pool, x: Scratch) -> list[Variant]:
     return [Variant("numpy", fpool, step, result=written(step))]
 
 
+def busy_wait(seconds: float) -> None:
+    """Wait without sleeping: a core that sleeps here runs the next variant slower (on this
+    VM a KVCache step took 10% longer on one thread, 40% on two, after a 20-100 ms sleep)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def settle(torch) -> Callable:
     def after():  # let torch's OpenMP (or onnxruntime's) workers stop spinning before the next variant
         if torch is not None:
             torch.set_num_threads(1)
-        time.sleep(SETTLE_S)
+        busy_wait(SETTLE_S)
     return after
 
 

@@ -9,6 +9,7 @@ views, S = 0 and 1, and concurrent calls from several Python threads.
 """
 from __future__ import annotations
 
+import os
 import gc
 import threading
 
@@ -244,3 +245,29 @@ def test_static_leading_dims_are_never_split():
     np.testing.assert_allclose(got, np.matmul(x, w), rtol=1e-4, atol=1e-4)
     static_step = kina.compile_source(DYN_TEXT, "dyn.kina", dims=dict(B=1, H=32, Dh=64, S=300)).kv_step
     assert static_step.independent_axes == 1  # B = 1: nothing to split; H = 32 static: not split
+
+
+def test_workers_keep_off_the_callers_core_and_the_callers_binding_comes_back(step, monkeypatch):
+    """A split call binds its workers to cores other than the caller's, binds the caller off
+    theirs for the call, and gives the caller its own binding back (also when the caller is
+    bound to one core, where everything runs on that core)."""
+    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    cpus = sorted(os.sched_getaffinity(0))
+    args = kv_inputs(1, 4, 8, 5)
+    want = step(*args, threads=1)
+    if len(cpus) > 1:
+        monkeypatch.setattr(runtime, "_sched_getcpu", lambda: cpus[0])
+        workers = runtime._take_workers(3)
+        assert all(w.cpu in cpus[1:] for w in workers)
+        runtime._give_back(workers)
+        for got, w in zip(step(*args, threads=2), want):
+            assert_same(got, w)
+        assert sorted(os.sched_getaffinity(0)) == cpus
+    os.sched_setaffinity(0, {cpus[-1]})
+    try:
+        monkeypatch.setattr(runtime, "_sched_getcpu", lambda: cpus[-1])
+        for got, w in zip(step(*args, threads=2), want):
+            assert_same(got, w)
+        assert os.sched_getaffinity(0) == {cpus[-1]}
+    finally:
+        os.sched_setaffinity(0, set(cpus))
