@@ -9,8 +9,8 @@ views, S = 0 and 1, and concurrent calls from several Python threads.
 """
 from __future__ import annotations
 
-import os
 import gc
+import os
 import threading
 
 import numpy as np
