@@ -254,3 +254,16 @@ def test_the_fast_data_pointer_is_the_arrays_data_pointer():
     arrays.append(np.from_dlpack(torch.arange(12, dtype=torch.float32).reshape(3, 4)[1:]))
     for a in arrays:
         assert data_pointer(a) == a.ctypes.data, (a.shape, a.strides)
+
+
+def test_a_length_one_innermost_dim_with_any_stride(step):
+    """A view whose innermost dim has length 1 is passed as it is, whatever NumPy gives as
+    that dim's stride (here 28 bytes): the descriptor says 1, as the memref type does."""
+    args = list(kv_inputs(1, 2, 2, 3))
+    want = step(*args)
+    wide = np.zeros((1, 2, 2, 7), np.float32)
+    wide[..., 0] = args[2][..., 0]
+    args[2] = wide[..., ::7]  # k_new [1, 2, 2, 1], innermost stride 28 bytes
+    assert args[2].strides[-1] == 28 and runtime.passable(args[2])
+    for got, w in zip(step(*args), want):
+        assert_same(got, w)

@@ -114,7 +114,9 @@ def _descriptor_words(arrays) -> array.array:
     for a in arrays:
         p, it = data_pointer(a), a.itemsize
         add((p, p, 0, *a.shape))
-        add([s // it for s in a.strides])
+        if a.ndim:  # the innermost stride is 1 in every Kina memref type (passable: 1, or a length <= 1)
+            add([s // it for s in a.strides[:-1]])
+            words.append(1)
     return array.array("q", words)
 
 
