@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import kina
 from conftest import DYN_TEXT, assert_same, kv_inputs
-from kina import check, pool, runtime, syntax
+from kina import check, pool, runtime, syntax, workers
 from kina.parallel import independent_axes
 
 MIB = 1 << 20
@@ -247,27 +249,106 @@ def test_static_leading_dims_are_never_split():
     assert static_step.independent_axes == 1  # B = 1: nothing to split; H = 32 static: not split
 
 
-def test_workers_keep_off_the_callers_core_and_the_callers_binding_comes_back(step, monkeypatch):
-    """A split call binds its workers to cores other than the caller's, binds the caller off
-    theirs for the call, and gives the caller its own binding back (also when the caller is
-    bound to one core, where everything runs on that core)."""
+# -- kina.workers ----------------------------------------------------------------------------------
+
+def _recorder():
+    """A part that records which thread ran it and the cores that thread was bound to."""
+    seen = []
+
+    def part(tag):
+        seen.append((tag, threading.current_thread() is threading.main_thread(), os.sched_getaffinity(0)))
+    return seen, part
+
+
+def test_workers_are_bound_off_the_callers_core_and_the_caller_gets_its_binding_back(monkeypatch):
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one core: nothing to bind apart")
+    here = min(cpus)
+    monkeypatch.setattr(workers, "_sched_getcpu", lambda: here)
+    seen, part = _recorder()
+    workers.run_concurrently(part, [[0], [1]])
+    (_, main, main_cpus), = [r for r in seen if r[0] == 0]
+    (_, worker_main, worker_cpus), = [r for r in seen if r[0] == 1]
+    assert main and not worker_main
+    assert len(worker_cpus) == 1 and here not in worker_cpus  # bound, and not to the caller's core
+    assert not (main_cpus & worker_cpus)  # the caller was off the worker's core for the call
+    assert os.sched_getaffinity(0) == cpus  # and has its binding back
+
+
+def test_a_caller_bound_to_one_core_keeps_it(step, monkeypatch):
     monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = os.sched_getaffinity(0)
     args = kv_inputs(1, 4, 8, 5)
     want = step(*args, threads=1)
-    if len(cpus) > 1:
-        monkeypatch.setattr(runtime, "_sched_getcpu", lambda: cpus[0])
-        workers = runtime._take_workers(3)
-        assert all(w.cpu in cpus[1:] for w in workers)
-        runtime._give_back(workers)
-        for got, w in zip(step(*args, threads=2), want):
-            assert_same(got, w)
-        assert sorted(os.sched_getaffinity(0)) == cpus
-    os.sched_setaffinity(0, {cpus[-1]})
+    one = {max(cpus)}
+    os.sched_setaffinity(0, one)
     try:
-        monkeypatch.setattr(runtime, "_sched_getcpu", lambda: cpus[-1])
         for got, w in zip(step(*args, threads=2), want):
             assert_same(got, w)
-        assert os.sched_getaffinity(0) == {cpus[-1]}
+        assert os.sched_getaffinity(0) == one
     finally:
-        os.sched_setaffinity(0, set(cpus))
+        os.sched_setaffinity(0, cpus)
+
+
+def test_a_part_that_raises_raises_in_the_caller_after_every_part_is_done():
+    cpus = os.sched_getaffinity(0)
+    done = []
+
+    def part(tag):
+        if tag == 0:  # the caller's own part fails at once
+            raise ValueError("part 0 failed")
+        time.sleep(0.05)
+        done.append(tag)
+        if tag == 2:
+            raise RuntimeError("part 2 failed")
+    with pytest.raises(ValueError, match="part 0 failed"):
+        workers.run_concurrently(part, [[0], [1], [2]])
+    assert sorted(done) == [1, 2]  # the caller waited for both workers before raising
+    with pytest.raises(RuntimeError, match="part 2 failed"):
+        workers.run_concurrently(part, [[1], [2]])
+    assert os.sched_getaffinity(0) == cpus
+    seen, ok = _recorder()
+    workers.run_concurrently(ok, [[0], [1], [2]])  # the workers that saw an exception still run parts
+    assert sorted(r[0] for r in seen) == [0, 1, 2]
+
+
+def test_an_interrupted_wait_waits_on_then_raises(monkeypatch):
+    """A signal that raises while the caller waits (Ctrl-C) is raised only after every part
+    has finished: no part may write into buffers its caller has let go."""
+    done = []
+
+    def part(tag):
+        if tag == 0:
+            signal.setitimer(signal.ITIMER_REAL, 0.01)  # fires while the caller waits for part 1
+            return
+        time.sleep(0.1)
+        done.append(tag)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            workers.run_concurrently(part, [[0], [1]])
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert done == [1]
+    seen, ok = _recorder()
+    workers.run_concurrently(ok, [[0], [1]])  # and the pool still works
+    assert len(seen) == 2
+
+
+def test_a_forked_child_starts_with_no_workers():
+    seen, part = _recorder()
+    workers.run_concurrently(part, [[0], [1]])  # the parent has an idle worker now
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of that worker has no thread behind it
+        try:
+            signal.alarm(10)
+            workers.run_concurrently(lambda tag: None, [[0], [1]])
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

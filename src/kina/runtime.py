@@ -19,7 +19,9 @@ as NumPy arrays starting on a 64-byte boundary and filled by the callee
 (out-params); large ones reuse the memory of dead results (`kina.pool`:
 bounded, `release_memory()` returns it). A large call of a function with
 independent leading axes runs on `threads` threads (KINA_NUM_THREADS, default
-the machine's cores), bit-identical to one. BF16 is `ml_dtypes.bfloat16`.
+the machine's cores), bit-identical to one; for such a call the calling thread is
+bound off the worker threads' cores and then given its own binding back
+(`kina.workers`). BF16 is `ml_dtypes.bfloat16`.
 This module imports neither `mlir` nor `lark`.
 
 Calling convention (what `kinac` emits): `_mlir_ciface_kina_<fn>(in_0*, ..., out_0*, ...)`
@@ -35,7 +37,6 @@ import itertools
 import json
 import math
 import os
-import threading
 from pathlib import Path
 
 import ml_dtypes
@@ -44,6 +45,7 @@ import numpy as np
 from .pool import Pool, data_pointer
 from .toolchain import cpu_flags
 from .types import DTYPES, Dim, Signature, TensorType
+from .workers import run_concurrently
 
 
 class LoadError(ValueError):
@@ -323,81 +325,10 @@ def default_threads() -> int:
 
 # A call moving less than this runs on one thread. Measured on this project's 2-core
 # VM (H=32, Dh=128; a split costs ~130 us of hand-over, most of it waking the other
-# core): two threads take 0.8x as long at a 4 MiB cache (8 MiB moved by the functional
-# step), 1.1x at 8 MiB, 1.2x at 16 and 32 MiB (the in-place step moves just the cache).
+# core): two threads ran at 0.8x the speed of one at a 4 MiB cache (8 MiB moved by the
+# functional step), 1.0-1.1x at 8 MiB, 1.1-1.35x from 16 MiB (the in-place step moves
+# just the cache). How the parts run: kina.workers.
 PARALLEL_MIN_BYTES = 16 << 20
-
-
-_sched_getcpu = getattr(ctypes.CDLL(None), "sched_getcpu", None)  # glibc: the core this thread is on
-
-
-def _set_cpus(cpus: set[int]) -> bool:
-    """Bind the calling thread (only) to `cpus`; False if the system refuses."""
-    try:
-        os.sched_setaffinity(0, cpus)
-        return True
-    except OSError:
-        return False
-
-
-class _Worker:
-    """A thread bound to one core that runs one kernel call at a time, handed over
-    through two locks (cheaper to wake than an executor's queue: on this 2-core VM
-    about 70 us against 90 us from hand-over to the call's return, most of it the
-    hypervisor waking a core)."""
-
-    def __init__(self, cpu: int):
-        self.cpu = cpu
-        self._go, self._done = threading.Lock(), threading.Lock()
-        self._go.acquire()
-        self._done.acquire()
-        self._job = None
-        threading.Thread(target=self._loop, name=f"kina-worker-{cpu}", daemon=True).start()
-
-    def _loop(self) -> None:
-        _set_cpus({self.cpu})  # this thread only
-        while True:
-            self._go.acquire()
-            cfunc, pointers = self._job
-            cfunc(*pointers)  # ctypes releases the GIL for the call
-            self._done.release()
-
-    def start(self, cfunc, pointers) -> None:
-        self._job = (cfunc, pointers)
-        self._go.release()
-
-    def wait(self) -> None:
-        self._done.acquire()
-        self._job = None
-
-
-_idle: dict[int, list[_Worker]] = {}
-_idle_lock = threading.Lock()
-
-
-def _take_workers(n: int) -> list[_Worker]:
-    """n idle workers, bound to cores other than the caller's while there are any (new
-    ones if too few are idle: concurrent callers never share one). For the call the
-    caller is bound off the workers' cores too (then given its own binding back).
-    Left to the scheduler, a woken worker often ran on the caller's core, where the
-    two parts ran one after the other: measured after a 100 ms pause, 11 of 12 split
-    steps at a 64 MiB cache had the worker beside the caller; the bound split takes
-    1.7 ms there, against 2.3-3.0 ms unbound and 3.0 ms on one thread."""
-    cpus = sorted(os.sched_getaffinity(0))
-    here = _sched_getcpu() if _sched_getcpu is not None else None
-    order = [c for c in cpus if c != here] or cpus
-    taken = []
-    with _idle_lock:
-        for i in range(n):
-            idle = _idle.get(order[i % len(order)])
-            taken.append(idle.pop() if idle else None)
-    return [w or _Worker(order[i % len(order)]) for i, w in enumerate(taken)]
-
-
-def _give_back(workers: list[_Worker]) -> None:
-    with _idle_lock:
-        for w in workers:
-            _idle.setdefault(w.cpu, []).append(w)
 
 
 def _check_threads(name: str, threads) -> int:
@@ -492,7 +423,7 @@ class Function:
             return self._run(arrays, outs)
         # every part's descriptors are built here, so the workers run the kernel and nothing else
         words = [_descriptor_words((*a, *o)) for a, o, _ in parts]
-        _run_concurrently(self._cfunc, [[w.buffer_info()[0] + offset for offset in self._offsets] for w in words])
+        run_concurrently(self._cfunc, [[w.buffer_info()[0] + offset for offset in self._offsets] for w in words])
 
     def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> "PreparedCall":
         """A call on fixed buffers whose descriptors are built once (see PreparedCall);
@@ -532,32 +463,15 @@ class Function:
         return None
 
 
-def _run_concurrently(cfunc, calls: list[list[int]]) -> None:
-    """cfunc(*pointers) for each pointer list: the first here, the others on worker threads."""
-    workers, started = _take_workers(len(calls) - 1), []
-    mine = os.sched_getaffinity(0)
-    keep = mine - {w.cpu for w in workers}
-    moved = bool(keep) and keep != mine and _set_cpus(keep)  # off the workers' cores for the call
-    try:
-        for worker, pointers in zip(workers, calls[1:]):
-            worker.start(cfunc, pointers)
-            started.append(worker)
-        cfunc(*calls[0])
-    finally:
-        for worker in started:
-            worker.wait()
-        if moved:
-            _set_cpus(mine)
-        _give_back(workers)
-
-
 def call_concurrently(calls: list["PreparedCall"]) -> None:
     """Run prepared calls of one function at once (each on its own thread, the first on
     this one), as a split call does; like each call, nothing is checked."""
     fn = calls[0]._fn
+    if any(c._fn is not fn for c in calls):
+        raise ValueError("call_concurrently(): every call must be of the same function")
     if fn._module.closed:
         raise ValueError(f"{fn.__name__}(): the module {fn._module.path.name} is closed")
-    _run_concurrently(fn._cfunc, [c._pointers for c in calls])
+    run_concurrently(fn._cfunc, [c._pointers for c in calls])
 
 
 class PreparedCall:
