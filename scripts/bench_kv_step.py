@@ -913,9 +913,12 @@ def print_size(r: dict) -> None:
 
 def markdown_table(report: dict) -> str:
     """The README's performance table: one row per size, from a report (medians)."""
-    D = report["args"]["default_threads"]
-    one, most = min(report["args"]["threads"]), max(report["args"]["threads"])
-    bw = report["bandwidth"]["by_threads"][str(one)]["read"]
+    try:
+        D = report["args"]["default_threads"]
+        one, most = min(report["args"]["threads"]), max(report["args"]["threads"])
+        bw = report["bandwidth"]["by_threads"][str(one)]["read"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise SystemExit(f"--markdown: the report lacks {e} (it predates --markdown: run the benchmark again)")
 
     def ms(v):
         return f"{fmt_t(v['median_s'])} ms" if v else "-"
@@ -936,7 +939,7 @@ def markdown_table(report: dict) -> str:
         reads = f"{c / ip['median_s'] / 1e9:.1f} GB/s ({c / ip['median_s'] / bw:.0%})" if ip else "-"
         lines.append(
             f"| {r['H']}, {r['Dh']} | {r['S_past']} ({c / MIB:g} MiB) | "
-            f"{fmt_t(v[f'kina fn() {one}T']['median_s'])} / {ms(v.get(f'kina fn() {most}T'))} | "
+            f"{ms(v.get(f'kina fn() {one}T'))[:-3]} / {ms(v.get(f'kina fn() {most}T'))} | "
             f"{ratio(v, f'kina fn() {one}T', f'kina call_into {one}T')}, "
             f"{ratio(v, f'kina loop fn() {one}T', f'kina loop call_into {one}T')} | "
             f"{ratio(v, f'kina fn() {D}T', 'numpy')} | {ms(v.get('numpy'))} | {best_of(v, 'torch')} | "

@@ -549,16 +549,20 @@ def test_a_started_tool_that_fails_names_a_file_that_reruns_it(example, monkeypa
     fake = tmp_path / "fake-llc"
     fake.write_text("#!/bin/sh\ncat > /dev/null\necho 'fake-llc: no' >&2\nexit 1\n")
     fake.chmod(0o755)
+    toolchain.host(), toolchain.llvm_version()  # cached from the real llc, which they ask
     real = toolchain.find
     monkeypatch.setattr(toolchain, "find", lambda tool: str(fake) if tool == "llc" else real(tool))
     with pytest.raises(ToolError) as e:
         pipeline.run_stages(example.read_text(), str(example), "so")
-    assert "fake-llc: no" in str(e.value)
+    assert "fake-llc: no" in str(e.value) and "-relocation-model=pic" in str(e.value)
     ll = re.search(r"(\S+/opt\.ll)", str(e.value)).group(1)
     assert Path(ll).read_bytes().startswith(b"; ModuleID")
 
 
 def test_started_tools_are_stopped_when_a_build_ends_early(monkeypatch):
+    """opt and llc start once the program type-checks (a user's error starts nothing) and
+    are killed when a later stage fails; `--emit` before llvm starts nothing."""
+    from kina import lower
     started = []
     real = toolchain.Started
 
@@ -568,8 +572,15 @@ def test_started_tools_are_stopped_when_a_build_ends_early(monkeypatch):
     monkeypatch.setattr(toolchain, "Started", recording)
     with pytest.raises(KinaError):
         pipeline.run_stages("let f = fn(", "bad.kina", "so")
+    assert started == []
+    source = (EXAMPLES / "storylm0_kv_step.kina").read_text()
+    pipeline.run_stages(source, "kv.kina", "mlir")
+    assert started == []
+
+    def broken(program):
+        raise RuntimeError("lowering broke")
+    monkeypatch.setattr(lower, "lower", broken)
+    with pytest.raises(RuntimeError, match="lowering broke"):
+        pipeline.run_stages(source, "kv.kina", "so")
     assert [s.tool for s in started] == ["opt", "llc"]
     assert all(s._proc.poll() is not None for s in started)
-    started.clear()
-    pipeline.run_stages((EXAMPLES / "storylm0_kv_step.kina").read_text(), "kv.kina", "mlir")
-    assert started == []  # --emit before llvm starts nothing

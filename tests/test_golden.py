@@ -207,3 +207,11 @@ def test_translation_of_a_module_not_in_the_llvm_dialect_goes_to_the_binary(tmp_
         with pytest.raises(ToolError) as e:
             translate.to_llvm_ir(m, tmp_path / "m.mlir")
     assert "m.mlir" in str(e.value) and (tmp_path / "m.mlir").exists()
+
+
+def test_kina_translate_binary_uses_the_binary(tmp_path, monkeypatch):
+    b = pipeline.run_stages((ROOT / "examples" / "storylm0_kv_step.kina").read_text(), "kv.kina", "to-llvm")
+    ours = translate.to_llvm_ir(b.module, tmp_path / "unused.mlir")
+    monkeypatch.setenv("KINA_TRANSLATE", "binary")
+    assert translate.to_llvm_ir(b.module, tmp_path / "m.mlir") == ours
+    assert (tmp_path / "m.mlir").exists() and not (tmp_path / "unused.mlir").exists()

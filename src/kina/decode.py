@@ -112,7 +112,7 @@ class KVCache:
         self._s = runtime.empty((1, 1, 1, 1), self.dtype)
         self._call = self._kernels.attend.prepare([self._q, self._k, self._v, self._s],
                                                   [runtime.empty((B, H, 1, Dh), self.dtype)])
-        self._split_calls: tuple[int, list] | None = None  # (threads, [(call, heads), ...])
+        self._split_calls: tuple[int, list] | None = None  # (threads, [(call, where), ...])
 
     def __repr__(self) -> str:
         return (f"KVCache(batch={self.batch}, n_heads={self.n_heads}, head_dim={self.head_dim}, "

@@ -7,9 +7,10 @@ end (`ast`, `typed`), the reference IR (`mlir`), then one stage per pass of
 `kina.passes.PASSES` (the passes marked `optimisation` are skipped at -O0), then
 LLVM IR, the object file and the .so. `--emit X` stops after stage X (any pass
 included); `--dump-dir` writes every stage's output, numbered. A build that goes
-past the MLIR stages starts `opt` and `llc` at once, reading stdin, so that their
-start (loading LLVM) overlaps the front end and the passes; each gets its input
-when its stage comes, and is killed if the build ends before.
+past the MLIR stages starts `opt` and `llc` once the program has type-checked,
+reading stdin, so that their start (loading LLVM) overlaps the lowering and the
+passes; each gets its input when its stage comes, and is killed if the build ends
+before.
 
 In:  Kina source text and `Options`.
 Out: the output of the requested stage; for `so`, a built .so with its sidecar
@@ -254,7 +255,6 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
         raise ValueError(f"cpu: expected 'native' or one of {', '.join(toolchain.CPU_LEVELS)}, got {options.cpu!r}")
     b = Build(source, filename, options, Path(workdir or tempfile.mkdtemp(prefix="kina-")))
     try:
-        _start_tools(b, until)
         _run(b, source, until, dump_dir)
     except ToolError:
         raise  # its repro command names files in the work dir: keep them
@@ -275,6 +275,8 @@ def _run(b: Build, source, until: str, dump_dir: Path | None) -> None:
         stage(b)
         if name == "ast" and isinstance(source, bytes):
             b.source = b.program.source
+        if name == "typed":  # the program is valid: start the LLVM tools the build will need
+            _start_tools(b, until)
         skipped = name in PASS_NAMES and b.options.opt_level == 0 and PASSES[PASS_NAMES.index(name)].optimisation
         if dump_dir is not None and not skipped:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)

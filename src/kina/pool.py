@@ -44,11 +44,11 @@ def _data_pointer_reader():
     offset = object.__basicsize__  # the object header: refcount and type
     probe = np.empty((3, 5), np.float32)[1:, 2:]
     if read(id(probe) + offset).value == probe.ctypes.data:
-        return lambda a: read(id(a) + offset).value
-    return lambda a: a.ctypes.data
+        return lambda a: read(id(a) + offset).value, True
+    return lambda a: a.ctypes.data, False
 
 
-data_pointer = _data_pointer_reader()
+data_pointer, FAST_DATA_POINTER = _data_pointer_reader()
 
 
 def size_class(nbytes: int) -> int:

@@ -62,7 +62,11 @@ class Started:
                                       stderr=subprocess.PIPE)
 
     def finish(self, data: bytes, repro: list[str]) -> bytes:
-        out, err = self._proc.communicate(data)
+        try:
+            out, err = self._proc.communicate(data)
+        except BaseException:  # interrupted: the tool must not outlive the build
+            self.cancel()
+            raise
         if self._proc.returncode != 0:
             raise ToolError(self.tool, shlex.join([find(self.tool), *repro]), err.decode(errors="replace"))
         return out

@@ -74,6 +74,8 @@ def _kind(op) -> str | None:
 
 
 def run(module_op, unroll: int = UNROLL_K, vector_bytes: int = VECTOR_BYTES) -> None:
+    if vector_bytes % NT_ALIGN:  # a non-temporal step must cover whole lines
+        raise ValueError(f"vector_bytes: expected a multiple of {NT_ALIGN}, got {vector_bytes}")
     rewrite_each(module_op, _kind, lambda op, kind: _emit(op, unroll if kind != "fused" else 1, vector_bytes))
 
 
