@@ -9,6 +9,7 @@ views, S = 0 and 1, and concurrent calls from several Python threads.
 """
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import signal
@@ -251,6 +252,14 @@ def test_static_leading_dims_are_never_split():
 
 # -- kina.workers ----------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _hang_is_a_failure():
+    """A hand-over that hangs fails the run (with every thread's stack) instead of stalling it."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
 def _recorder():
     """A part that records which thread ran it and the cores that thread was bound to."""
     seen = []
@@ -352,3 +361,45 @@ def test_a_forked_child_starts_with_no_workers():
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_parts_go_to_the_least_busy_cores(monkeypatch):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one core")
+    monkeypatch.setattr(workers, "_sched_getcpu", lambda: cpus[0])
+    pool = workers._Pool()
+    first = pool.take(1)
+    assert first[0].cpu == cpus[1]  # not the caller's core
+    second = pool.take(len(cpus))  # more parts than free cores: the least busy first
+    counts = {c: sum(w.cpu == c for w in first + second) for c in cpus}
+    assert max(counts.values()) - min(counts.values()) <= 1
+    pool.give_back(first + second)
+    assert all(n == 0 for n in pool.running.values())
+    again = pool.take(1)[0]
+    assert again is first[0] or again.cpu == cpus[1] and again in first + second  # an idle one, reused
+
+
+def test_without_binding_the_parts_still_run(monkeypatch):
+    """Where the system cannot say or set a thread's cores, workers run unbound."""
+    monkeypatch.setattr(workers, "_pool", workers._Pool())
+    monkeypatch.setattr(workers, "_cpus", lambda: None)
+    seen, part = _recorder()
+    workers.run_concurrently(part, [[0], [1], [2]])
+    assert sorted(r[0] for r in seen) == [0, 1, 2]
+    assert all(w.cpu is None for ws in workers._pool.idle.values() for w in ws)
+
+
+def test_a_started_tool_whose_feed_is_interrupted_is_killed():
+    from kina import toolchain
+    started = toolchain.Started("opt", ["-S", "-", "-o", "-"])
+
+    real = started._proc.communicate
+
+    def interrupted(*a, **k):  # the first feed is interrupted (Ctrl-C); later calls are real
+        started._proc.communicate = real
+        raise KeyboardInterrupt
+    started._proc.communicate = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        started.finish(b"", ["-S", "x.ll"])
+    assert started._proc.wait(timeout=10) == -9  # killed, not left waiting for its input

@@ -4,18 +4,18 @@ In:  a ctypes function and one list of pointer arguments per part.
 Out: every part has run; the first on the calling thread, the others on worker
      threads (ctypes releases the GIL for each call).
 
-Why threads of our own: a worker is handed its part through two locks, which
-wakes it faster than an executor's queue (on this project's 2-core VM about
-70 us against 90 us from hand-over to return, most of it the hypervisor waking
-a core). Each worker is bound to one core, and for the call the caller is bound
+Why threads of our own: a worker waits on a condition of its own, and the caller
+builds every part's arguments, so a worker wakes and runs the kernel and nothing
+else (on this project's 2-core VM a split call's hand-over costs about 100 us, most
+of it the hypervisor waking a core). Each worker is bound to one core, and for the call the caller is bound
 off the workers' cores (then given its own binding back): left to the scheduler,
 a woken worker often ran on its caller's core, where the two parts ran one after
 the other. Measured after a 100 ms pause, 11 of 12 split steps at a 64 MiB cache
 had the worker beside the caller; bound, the split takes 1.7 ms there, against
 2.3-3.0 ms unbound and 3.0 ms on one thread.
 
-Guarantees: a call returns only when every part has finished, even when the
-calling thread is interrupted while it waits (the interruption is raised after),
+Guarantees: a call returns only when every part handed to a worker has finished,
+even when the calling thread is interrupted (the interruption is raised after),
 so no part writes into buffers its caller has dropped. An exception in a part is
 raised in the caller. The caller's binding is restored. Parts go to the cores
 with the fewest parts of this process running, the caller's own core counting
@@ -56,16 +56,14 @@ except AttributeError:
 class _Worker:
     """A thread, bound to `cpu` (None: unbound), that runs one part at a time.
 
-    Hand-over: `start` counts a part and releases `_go`; the worker runs it, counts it
-    done and releases `_done`. `wait` blocks on `_done` until the counts agree, so it
-    can be repeated after an interruption at any point (a release it did not take is
-    taken by the next `start`, before the worker could release again)."""
+    Hand-over through one condition over two counts: `start` counts a part in, the
+    worker counts it out when it has run, and `wait` waits until the two agree. So
+    `wait` returns only when the part has run, and can be called again after an
+    interruption at any point (at once if nothing is running)."""
 
     def __init__(self, cpu: int | None):
         self.cpu = cpu
-        self._go, self._done = threading.Lock(), threading.Lock()
-        self._go.acquire()
-        self._done.acquire()
+        self._cond = threading.Condition(threading.Lock())
         self._job = self._error = None
         self._started = self._finished = 0
         self.thread = threading.Thread(target=self._loop, name=f"kina-worker-{cpu}", daemon=True)
@@ -75,27 +73,31 @@ class _Worker:
         if self.cpu is not None:
             _set_cpus({self.cpu})
         while True:
-            self._go.acquire()
-            cfunc, pointers = self._job
+            with self._cond:
+                while self._finished == self._started:
+                    self._cond.wait()
+                cfunc, pointers = self._job
+            error = None
             try:
                 cfunc(*pointers)
             except BaseException as e:  # raised in the caller; this thread stays usable
-                self._error = e
-            finally:
-                self._finished += 1
-                self._done.release()
+                error = e
+            with self._cond:
+                self._error, self._finished = error, self._finished + 1
+                self._cond.notify()
 
     def start(self, cfunc, pointers) -> None:
-        self._done.acquire(blocking=False)  # the last part's release, if its wait did not take it
-        self._job, self._error = (cfunc, pointers), None
-        self._started += 1
-        self._go.release()
+        with self._cond:
+            self._job, self._error = (cfunc, pointers), None
+            self._started += 1
+            self._cond.notify()
 
     def wait(self) -> BaseException | None:
-        """Block until the part is done; its exception, if it raised one."""
-        while self._finished < self._started:
-            self._done.acquire()
-        return self._error
+        """Block until every part given is done; the last one's exception, if any."""
+        with self._cond:
+            while self._finished < self._started:
+                self._cond.wait()
+            return self._error
 
 
 class _Pool:
@@ -105,9 +107,10 @@ class _Pool:
         self.running: dict[int | None, int] = {}  # parts of this process running per core
 
     def take(self, n: int) -> list[_Worker]:
+        """n workers for one call: the least busy cores, the caller's own counting as busy."""
         cpus = _cpus()
         here = _sched_getcpu() if _sched_getcpu is not None else None
-        workers = []
+        picks = []
         with self.lock:
             for _ in range(n):
                 if cpus and len(cpus) > 1:
@@ -116,8 +119,21 @@ class _Pool:
                     cpu = None
                 self.running[cpu] = self.running.get(cpu, 0) + 1
                 idle = self.idle.get(cpu)
-                workers.append(idle.pop() if idle else cpu)
-        return [w if isinstance(w, _Worker) else _Worker(w) for w in workers]
+                picks.append((cpu, idle.pop() if idle else None))
+        workers = []
+        try:
+            for cpu, w in picks:
+                workers.append(w or _Worker(cpu))
+        except BaseException:  # no thread (or interrupted): hand back what was taken
+            with self.lock:
+                for (cpu, w), made in zip(picks, [*workers, *[None] * len(picks)]):
+                    self.running[cpu] -= 1
+                    if made is not None:
+                        self.idle.setdefault(cpu, []).append(made)
+                    elif w is not None:
+                        self.idle.setdefault(cpu, []).append(w)
+            raise
+        return workers
 
     def give_back(self, workers: list[_Worker]) -> None:
         with self.lock:
@@ -142,25 +158,29 @@ def run_concurrently(cfunc, calls: list[list]) -> None:
     """cfunc(*pointers) for each pointer list: the first here, the others on worker threads."""
     pool = _pool
     workers = pool.take(len(calls) - 1)
-    mine = _cpus()
-    keep = mine - {w.cpu for w in workers} if mine else None
-    moved = bool(keep) and keep != mine and _set_cpus(keep)  # off the workers' cores for the call
-    started, error = [], None
+    mine = keep = None
+    handed, part_error, interrupt = [], None, None
     try:
+        mine = _cpus()
+        keep = mine - {w.cpu for w in workers} if mine else None
+        if keep and keep != mine:
+            _set_cpus(keep)  # off the workers' cores for the call
         for worker, pointers in zip(workers, calls[1:]):
+            handed.append(worker)  # first: an interruption inside start still waits for it
             worker.start(cfunc, pointers)
-            started.append(worker)
         cfunc(*calls[0])
     finally:
-        for worker in started:  # every part must finish before its buffers may be reused
+        for worker in handed:  # every part must finish before its buffers may be reused
             while True:
                 try:
-                    error = worker.wait() or error
+                    part_error = worker.wait() or part_error
                     break
                 except BaseException as e:  # interrupted while waiting: wait on, raise it after
-                    error = error or e
-        if moved:
+                    interrupt = interrupt or e
+        if keep and keep != mine:
             _set_cpus(mine)
         pool.give_back(workers)
-    if error is not None:
-        raise error
+        if interrupt is not None:
+            raise interrupt  # chained to an exception of the caller's own part, if there is one
+    if part_error is not None:
+        raise part_error
