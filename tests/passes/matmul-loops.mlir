@@ -10,15 +10,29 @@
 #rhs = affine_map<(i, k, j) -> (k, j)>
 #out = affine_map<(i, k, j) -> (i, j)>
 
-// A row of 40 is not a whole number of vectors: 8 rows of k per step, unrolled and
-// jammed into one j loop of vectors, then the tail's whole 64-byte lines as
-// vector<16xf32> steps, then scalars; then the remaining k one at a time.
+// A row of 40 is not a whole number of vectors. Decided at run time: rhs rows of at
+// most 16 KiB that are nearly back to back (a gap of at most 256 bytes) go one row
+// of k at a time (one read stream); others 8 rows of k per step, unrolled and jammed
+// into one j loop of vectors, then the tail's whole 64-byte lines as vector<16xf32>
+// steps, then scalars; then the remaining k one at a time. The same order of sums.
 // CHECK-LABEL: func.func @unrolled(
 // CHECK-SAME:    %[[Q:[^:]+]]: memref<2x16xf32>, %[[K:[^:]+]]: memref<16x40xf32>, %[[ACC:[^:]+]]: memref<2x40xf32>)
 // CHECK-NOT:     linalg.generic
 // CHECK-NOT:     scf.index_switch
+// CHECK:         %{{[^,]+}}, %{{[^,]+}}, %{{[^,]+}}:2, %[[KSTRIDES:[^ ]+]]:2 = memref.extract_strided_metadata %[[K]]
+// CHECK:         %[[ROW:.+]] = arith.muli %{{.+}}, %{{.+}} : index
+// CHECK:         %[[GAP:.+]] = arith.subi %[[KSTRIDES]]#0, %{{.+}} : index
+// CHECK:         %[[SHORT:.+]] = arith.cmpi ule, %[[ROW]], %{{.+}} : index
+// CHECK:         %[[DENSE:.+]] = arith.cmpi ule, %{{.+}}, %{{.+}} : index
+// CHECK-NEXT:    %[[ONEROW:.+]] = arith.andi %[[SHORT]], %[[DENSE]] : i1
 // CHECK:         scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
-// CHECK-NEXT:      %[[EIGHT:.+]] = arith.constant 8 : index
+// CHECK-NEXT:      scf.if %[[ONEROW]] {
+// CHECK-NEXT:        scf.for %[[KR1:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK-NEXT:          memref.load %[[Q]][%[[I]], %[[KR1]]]
+// CHECK:               vector.load %[[K]][%[[KR1]], %{{.+}}] : memref<16x40xf32>, vector<32xf32>
+// CHECK:             }
+// CHECK:           } else {
+// CHECK-NEXT:        %[[EIGHT:.+]] = arith.constant 8 : index
 // CHECK:           scf.for %[[K0:.+]] = %{{.+}} to %[[KMAIN:.+]] step %[[EIGHT]] {
 // CHECK:             %[[K1:.+]] = arith.addi %[[K0]], %{{.+}} : index
 // CHECK:             %[[K2:.+]] = arith.addi %[[K0]], %{{.+}} : index
@@ -128,8 +142,10 @@ func.func @unrolled(%q: memref<2x16xf32>, %k: memref<16x40xf32>, %acc: memref<2x
 // CHECK-NEXT:        scf.yield
 // CHECK-NEXT:      }
 // CHECK-NEXT:      default {
-// CHECK-NEXT:        %[[EIGHT:.+]] = arith.constant 8 : index
-// CHECK:             scf.for %{{.+}} = %{{.+}} to %{{.+}} step %[[EIGHT]] {
+// CHECK-NEXT:        scf.if %{{.+}} {
+// CHECK:             } else {
+// CHECK-NEXT:          %[[EIGHT:.+]] = arith.constant 8 : index
+// CHECK:               scf.for %{{.+}} = %{{.+}} to %{{.+}} step %[[EIGHT]] {
 func.func @registers(%q: memref<1x16xf32>, %k: memref<16x64xf32>, %acc: memref<1x64xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
       ins(%q, %k : memref<1x16xf32>, memref<16x64xf32>) outs(%acc : memref<1x64xf32>) {
@@ -228,8 +244,8 @@ func.func @short_rows(%q: memref<1x4xf32>, %k: memref<4x8xf32>, %acc: memref<1x8
 // CHECK:               %[[Y1:.+]] = vector.load %[[A]][%[[KK]], %[[J1:[a-z0-9_]+]]]
 // CHECK:               vector.store %[[Y1]], %[[SLOT]][%[[KK]], %[[J1]]] {alignment = 64 : i64, nontemporal = true}
 // CHECK:           default {
-// CHECK-NEXT:        %[[ONE:.+]] = arith.constant 1 : index
-// CHECK:             scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %[[ONE]] {
+// CHECK-NOT:         scf.if
+// CHECK-NEXT:        scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
 // CHECK:               %[[HEAD:.+]] = arith.minui
 // CHECK-NEXT:          scf.for %[[JH:.+]] = %{{.+}} to %[[HEAD]] step %{{.+}} {
 // CHECK:                 %[[YH:.+]] = memref.load %[[A]][%[[K0]], %[[JH]]]

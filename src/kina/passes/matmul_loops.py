@@ -19,6 +19,15 @@ k, k+1, ...: every output element still sums over k in ascending order, as fmul
 then fadd, so results are bit-identical to the plain loops. Works for any static
 or symbolic sizes and any outer strides.
 
+Which of the two is decided at run time from the rhs: rows of at most
+ROW_AT_A_TIME_BYTES whose gap to the next row is at most ROW_AT_A_TIME_GAP_BYTES
+go one row of k at a time, a single read stream over nearly contiguous memory,
+with the row of sums in L1; longer or farther-apart rows take UNROLL_K at a time.
+On this project's VM (scripts/bench_k_layout.py) 2 KB rows back to back read at
+96% of a contiguous read one at a time, against 60% eight at a time; with a
+1 KB gap one at a time falls to 34%, and from 32 KB rows on eight at a time wins.
+The order of the sums is the same either way.
+
 A fused matmul (fuse-concat-matmul: it also copies its rhs into a concat's slot)
 goes one row at a time and writes the copy with non-temporal stores: the copy is
 not read again here, so it need not be read into the cache before it is written,
@@ -59,6 +68,9 @@ UNROLL_K = 8
 VECTOR_BYTES = 128
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs
 REGISTER_ROW_BYTES = 512  # a matmul's output rows up to this long keep their sums in registers
+# rhs rows up to this long, with at most this gap to the next row, go one row at a time
+ROW_AT_A_TIME_BYTES = 16 << 10
+ROW_AT_A_TIME_GAP_BYTES = 256
 
 
 
@@ -103,6 +115,13 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
         register_vectors = list(range(1, most + 1))
     else:
         register_vectors = [n_static // width] if n_static % width == 0 and 0 < n_static // width <= most else []
+    if unroll > 1:  # rhs rows short and nearly back to back: one row at a time streams them best
+        rhs_k_stride = list(memref.ExtractStridedMetadataOp(rhs).strides)[-2]
+        row_bytes = arith.MulIOp(N, cst(elt_bytes)).result
+        gap_bytes = arith.MulIOp(arith.SubIOp(rhs_k_stride, N).result, cst(elt_bytes)).result
+        short_dense_rows = arith.AndIOp(
+            arith.CmpIOp(arith.CmpIPredicate.ule, row_bytes, cst(ROW_AT_A_TIME_BYTES)).result,
+            arith.CmpIOp(arith.CmpIPredicate.ule, gap_bytes, cst(ROW_AT_A_TIME_GAP_BYTES)).result).result
     if slot is not None:  # where slot rows start, to align the non-temporal stores
         meta = memref.ExtractStridedMetadataOp(slot)
         slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result
@@ -195,11 +214,28 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
         ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
         return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
 
-    def rows_one_at_a_time(outer):
+    def in_blocks(outer):
         u = cst(unroll)
         k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
         loop(zero, k_main, u, lambda k: rows(outer, k, unroll))
         loop(k_main, K, one, lambda k: rows(outer, k, 1))
+
+    def rows_one_at_a_time(outer):
+        if unroll == 1:
+            return loop(zero, K, one, lambda k: rows(outer, k, 1))
+
+        def then():
+            loop(zero, K, one, lambda k: rows(outer, k, 1))
+            scf.YieldOp([])
+
+        def otherwise():
+            in_blocks(outer)
+            scf.YieldOp([])
+        if_op = scf.IfOp(short_dense_rows, has_else=True)
+        with ir.InsertionPoint(if_op.then_block):
+            then()
+        with ir.InsertionPoint(if_op.else_block):
+            otherwise()
 
     def per_row(outer):
         if not register_vectors:
