@@ -295,6 +295,38 @@ def test_functional_and_in_place_steps_are_bit_identical(dtype, kina_dtype):
         assert_same(cache.values(), v_past)
 
 
+def test_the_in_place_step_stays_bit_identical_while_kt_rows_move(monkeypatch):
+    """Kᵀ's row stride grows by KT_STRIDE_STEP as the cache fills, then jumps to T_max;
+    rows move each time. Every step still equals the functional step, through a crop back
+    (which keeps the stride) and a clear (which resets it), with NaN in every unused slot."""
+    from kina import decode
+    monkeypatch.setattr(decode, "KT_SHORT_ROW_BYTES", 160 * 4)  # the jump to T_max at 160 positions
+    functional = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina").kv_step
+    rng = np.random.default_rng(11)
+    cache = KVCache(B, H, Dh, 300)
+    cache._kt_buffer[:] = np.nan
+    cache._v[:] = np.nan
+    scale = np.full((1, 1, 1, 1), 1 / np.sqrt(Dh), np.float32)
+    strides = []
+    k_past, v_past = kv(rng, 0, np.float32)
+    for t in range(230):
+        if t == 150:  # roll back 40 positions
+            cache.crop(110)
+            k_past, v_past = k_past[..., :110], v_past[:, :, :110]
+        if t == 200:
+            cache.clear()
+            assert cache._stride == decode.KT_STRIDE_STEP
+            k_past, v_past = kv(rng, 0, np.float32)
+        q, (k_new, v_new) = rand(rng, B, H, 1, Dh), kv(rng, 1, np.float32)
+        k_past, v_past, want = functional(q, k_past, k_new, v_past, v_new, scale)
+        assert_same(cache.step(q, k_new, v_new, float(scale[0, 0, 0, 0])), want, what=f"step {t}")
+        assert_same(cache.keys(), k_past)
+        assert_same(cache.values(), v_past)
+        strides.append(cache._stride)
+    assert strides[0] == 64 and 128 in strides and 192 not in strides and 300 in strides  # 64, 128, then T_max
+    assert strides[199] == 300 and strides[200] == 64
+
+
 # -- prefill (Section 21) ------------------------------------------------------
 
 def test_causal_mask():
@@ -402,7 +434,8 @@ def test_results_depend_neither_on_max_seq_len_nor_on_unused_slots():
     assert_same(short.logits, long.logits)
     dirty = long_model.new_cache()
     for c in dirty:  # NaN everywhere, then start over: every unused slot holds NaN
-        c.append(np.full(c._k.shape, np.nan, np.float32), np.full(c._v.shape, np.nan, np.float32))
+        B, H, T, Dh = c._v.shape
+        c.append(np.full((B, H, Dh, T), np.nan, np.float32), np.full(c._v.shape, np.nan, np.float32))
         c.clear()
     clean = long_model.new_cache()
     assert_same(long_model.prefill(PROMPT, dirty), long_model.prefill(PROMPT, clean))

@@ -82,13 +82,26 @@ def _shape_str(dims) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
+# While Kᵀ rows are short, their stride stays within this many positions above the
+# fill (the rows are moved apart when the fill passes it), up to rows of this many
+# bytes: short rows nearly back to back are read one at a time, as one stream, at
+# close to a contiguous read (matmul-loops; measured by scripts/bench_k_layout.py:
+# 96% for 2 KB rows, against 60% for the same rows T_max apart). Longer rows go 8
+# at a time, which does not mind the gap, so they get the stride T_max at once.
+KT_STRIDE_STEP = 64
+KT_SHORT_ROW_BYTES = 16 << 10
+
+
 class KVCache:
     """One attention layer's keys and values for up to `max_seq_len` positions.
 
-    Kᵀ is stored as [B, H, Dh, T_max] and V as [B, H, T_max, Dh], zero-initialised;
-    positions [0, n_filled) are valid and the rest are scratch that no result reads.
-    A large attention runs on `threads` threads (default `runtime.default_threads()`),
-    split by batch and heads, with the same bits as on one.
+    Kᵀ is stored as [B, H, Dh, stride] inside a buffer of [B, H, Dh * T_max], where
+    the row stride starts at KT_STRIDE_STEP positions and grows by that step as the
+    cache fills (the rows are moved apart, last first), until rows would pass
+    KT_SHORT_ROW_BYTES; from there it is T_max. V is [B, H, T_max, Dh]. Both start
+    zeroed; positions [0, n_filled) are valid and the rest are scratch that no
+    result reads. A large attention runs on `threads` threads (default
+    `runtime.default_threads()`), split by batch and heads, with the same bits as on one.
     """
 
     def __init__(self, batch: int, n_heads: int, head_dim: int, max_seq_len: int, dtype=np.float32,
@@ -100,23 +113,66 @@ class KVCache:
         self._max_seq_len = _count("max_seq_len", max_seq_len, 1)
         self.dtype = _kina_dtype(dtype)
         B, H, Dh, T = self.batch, self.n_heads, self.head_dim, self._max_seq_len
-        self._k = runtime.zeros((B, H, Dh, T), self.dtype)
+        self._kt_buffer = runtime.zeros((B, H, Dh * T), self.dtype)
+        self._stride = self._stride_for(1)
         self._v = runtime.zeros((B, H, T, Dh), self.dtype)
         self._n = 0
         self._kernels = _program("attention", self.dtype)
-        # The in-place step's kernel call, prepared once on this cache's buffers: per step
-        # only the fill (a size in two descriptors), the context's pointer and the query
-        # and scale values change (q and scale are copied into fixed buffers).
+        # The in-place step's kernel call, prepared on this cache's buffers (again when
+        # Kᵀ's stride grows): per step only the fill (a size in two descriptors), the
+        # context's pointer and the query and scale values change (q and scale are
+        # copied into fixed buffers).
         self._bytes_per_position = B * H * Dh * self.dtype.itemsize
         self._q = runtime.empty((B, H, 1, Dh), self.dtype)
         self._s = runtime.empty((1, 1, 1, 1), self.dtype)
-        self._call = self._kernels.attend.prepare([self._q, self._k, self._v, self._s],
-                                                  [runtime.empty((B, H, 1, Dh), self.dtype)])
-        self._split_calls: tuple[int, list] | None = None  # (threads, [(call, where), ...])
+        self._prepare()
 
     def __repr__(self) -> str:
         return (f"KVCache(batch={self.batch}, n_heads={self.n_heads}, head_dim={self.head_dim}, "
                 f"max_seq_len={self._max_seq_len}, dtype={self.dtype}) with {self._n} filled")
+
+    # -- Kᵀ's layout ---------------------------------------------------------------
+    def _stride_for(self, n: int) -> int:
+        """The row stride for a fill of n: a step above n while rows are short, else T_max."""
+        T = self._max_seq_len
+        stride = min(T, -(-n // KT_STRIDE_STEP) * KT_STRIDE_STEP)
+        return stride if stride * self.dtype.itemsize <= KT_SHORT_ROW_BYTES else T
+
+    def _kt(self, n: int) -> np.ndarray:
+        """Kᵀ's first n positions, [B, H, Dh, n], a view with the current row stride."""
+        it, T, Dh = self.dtype.itemsize, self._max_seq_len, self.head_dim
+        return np.lib.stride_tricks.as_strided(
+            self._kt_buffer, (self.batch, self.n_heads, Dh, n),
+            (self.n_heads * Dh * T * it, Dh * T * it, self._stride * it, it))
+
+    @property
+    def _k(self) -> np.ndarray:
+        """Every Kᵀ slot of the current layout, [B, H, Dh, stride]."""
+        return self._kt(self._stride)
+
+    def _make_room(self, n: int) -> None:
+        """Widen Kᵀ's row stride if n positions do not fit."""
+        if n > self._stride:
+            self._restride(self._stride_for(n))
+
+    def _restride(self, new: int) -> None:
+        """Give Kᵀ the row stride `new`, moving the filled part of every row (rows that move
+        up go last first, rows that move down first first, so none overwrites another)."""
+        if new == self._stride:
+            return
+        old, filled, flat = self._stride, self._n, self._kt_buffer
+        if filled:
+            rows = range(self.head_dim - 1, 0, -1) if new > old else range(1, self.head_dim)
+            for d in rows:
+                flat[:, :, d * new:d * new + filled] = flat[:, :, d * old:d * old + filled]
+        self._stride = new
+        self._prepare()
+
+    def _prepare(self) -> None:
+        B, H, Dh = self.batch, self.n_heads, self.head_dim
+        self._call = self._kernels.attend.prepare([self._q, self._k, self._v, self._s],
+                                                  [runtime.empty((B, H, 1, Dh), self.dtype)])
+        self._split_calls: tuple[int, list] | None = None  # (threads, [(call, where), ...])
 
     # -- fill and capacity -------------------------------------------------------
     @property
@@ -138,11 +194,12 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return self._k.nbytes + self._v.nbytes
+        return self._kt_buffer.nbytes + self._v.nbytes
 
     def clear(self) -> None:
         """Start a new sequence. The old data stays in the (now unused) slots and is never read."""
         self._n = 0
+        self._restride(self._stride_for(1))
 
     def crop(self, n: int) -> None:
         """Roll back to the first `n` positions, as if nothing past them had been appended."""
@@ -150,6 +207,8 @@ class KVCache:
         if n > self._n:
             raise ValueError(f"crop: n={n} is past the fill: only {self._n} positions are filled")
         self._n = n
+        if n == 0:  # as clear(); otherwise the stride stays (a rollback is often followed by regrowth)
+            self._restride(self._stride_for(1))
 
     # -- writing -------------------------------------------------------------
     def _check(self, where: str, name: str, a, dims: tuple) -> None:
@@ -183,7 +242,8 @@ class KVCache:
 
     def _write(self, k_new: np.ndarray, v_new: np.ndarray, n: int) -> int:
         p = self._n
-        self._k[..., p:p + n] = k_new
+        self._make_room(p + n)
+        self._kt(p + n)[..., p:] = k_new
         self._v[:, :, p:p + n, :] = v_new
         self._n = p + n
         return p
@@ -191,7 +251,7 @@ class KVCache:
     # -- reading -------------------------------------------------------------
     def keys(self) -> np.ndarray:
         """A read-only view of the filled Kᵀ, [B, H, Dh, n_filled]."""
-        view = self._k[..., :self._n]
+        view = self._kt(self._n)
         view.flags.writeable = False
         return view
 
@@ -215,7 +275,7 @@ class KVCache:
     def k_at(self, head: int, pos: int, dim: int, batch: int = 0):
         """The key component `dim` of `head` at filled position `pos`."""
         b, h, p, d = self._index("k_at", head, pos, dim, batch)
-        return self._k[b, h, d, p]
+        return self._kt(self._n)[b, h, d, p]
 
     def v_at(self, head: int, pos: int, dim: int, batch: int = 0):
         """The value component `dim` of `head` at filled position `pos`."""
@@ -236,7 +296,7 @@ class KVCache:
     def score(self, q: np.ndarray) -> np.ndarray:
         """q [B, H, 1, Dh] -> pre-softmax scores q·k [B, H, 1, n_filled]."""
         self._query("score", q)
-        return self._kernels.score(q, self._k[..., :self._n])[0]
+        return self._kernels.score(q, self._kt(self._n))[0]
 
     def apply(self, weights: np.ndarray) -> np.ndarray:
         """weights [B, H, 1, n_filled] -> their sum of the filled values, [B, H, 1, Dh]."""
