@@ -383,7 +383,7 @@ def test_parts_go_to_the_least_busy_cores(monkeypatch):
 def test_without_binding_the_parts_still_run(monkeypatch):
     """Where the system cannot say or set a thread's cores, workers run unbound."""
     monkeypatch.setattr(workers, "_pool", workers._Pool())
-    monkeypatch.setattr(workers, "_cpus", lambda: None)
+    monkeypatch.setattr(workers, "cpus", lambda: None)
     seen, part = _recorder()
     workers.run_concurrently(part, [[0], [1], [2]])
     assert sorted(r[0] for r in seen) == [0, 1, 2]

@@ -42,10 +42,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from . import workers
 from .pool import Pool, data_pointer
 from .toolchain import cpu_flags
 from .types import DTYPES, Dim, Signature, TensorType
-from .workers import run_concurrently
 
 
 class LoadError(ValueError):
@@ -317,10 +317,8 @@ def default_threads() -> int:
         if not text.isdigit() or int(text) < 1:
             raise ValueError(f"KINA_NUM_THREADS: expected a positive integer, got {text!r}")
         return int(text)
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    cpus = workers.cpus()
+    return len(cpus) if cpus else os.cpu_count() or 1
 
 
 # A call moving less than this runs on one thread. Measured on this project's 2-core
@@ -423,17 +421,21 @@ class Function:
             return self._run(arrays, outs)
         # every part's descriptors are built here, so the workers run the kernel and nothing else
         words = [_descriptor_words((*a, *o)) for a, o, _ in parts]
-        run_concurrently(self._cfunc, [[w.buffer_info()[0] + offset for offset in self._offsets] for w in words])
+        workers.run_concurrently(self._cfunc, [self._pointers(w) for w in words])
 
     def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> "PreparedCall":
         """A call on fixed buffers whose descriptors are built once (see PreparedCall);
         like `call_unchecked`, nothing is checked."""
         return PreparedCall(self, arrays, outs)
 
+    def _pointers(self, words: array.array) -> list[int]:
+        """The call's arguments: a pointer to each descriptor in `words`."""
+        base = words.buffer_info()[0]
+        return [base + offset for offset in self._offsets]
+
     def _run(self, arrays, outs) -> None:
         words = _descriptor_words((*arrays, *outs))
-        base = words.buffer_info()[0]
-        self._cfunc(*[base + offset for offset in self._offsets])
+        self._cfunc(*self._pointers(words))
 
     def _parts(self, arrays, outs, threads: int):
         """`split`, or None when the call moves less than PARALLEL_MIN_BYTES."""
@@ -471,7 +473,7 @@ def call_concurrently(calls: list["PreparedCall"]) -> None:
         raise ValueError("call_concurrently(): every call must be of the same function")
     if fn._module.closed:
         raise ValueError(f"{fn.__name__}(): the module {fn._module.path.name} is closed")
-    run_concurrently(fn._cfunc, [c._pointers for c in calls])
+    workers.run_concurrently(fn._cfunc, [c._pointers for c in calls])
 
 
 class PreparedCall:
@@ -486,9 +488,8 @@ class PreparedCall:
         self._buffers = (*arrays, *outs)  # kept alive: the descriptors point into them
         self._raw = _descriptor_words(self._buffers)
         self.words = np.frombuffer(self._raw, np.int64)
-        base = self._raw.buffer_info()[0]
         self._starts = [offset // 8 for offset in fn._offsets]
-        self._pointers = [base + offset for offset in fn._offsets]
+        self._pointers = fn._pointers(self._raw)
 
     def set_size(self, arg: int, axis: int, n: int) -> None:
         """Argument `arg` (inputs first, then outs) is now `n` long along `axis`."""

@@ -30,7 +30,7 @@ import os
 import threading
 
 
-def _cpus() -> set[int] | None:
+def cpus() -> set[int] | None:
     """The cores the calling thread may run on, or None where that is unknown."""
     try:
         return os.sched_getaffinity(0)
@@ -38,10 +38,10 @@ def _cpus() -> set[int] | None:
         return None
 
 
-def _set_cpus(cpus: set[int]) -> bool:
-    """Bind the calling thread (only) to `cpus`; False if the system refuses."""
+def _set_cpus(wanted: set[int]) -> bool:
+    """Bind the calling thread (only) to `wanted`; False if the system refuses."""
     try:
-        os.sched_setaffinity(0, cpus)
+        os.sched_setaffinity(0, wanted)
         return True
     except (AttributeError, OSError):
         return False
@@ -108,13 +108,13 @@ class _Pool:
 
     def take(self, n: int) -> list[_Worker]:
         """n workers for one call: the least busy cores, the caller's own counting as busy."""
-        cpus = _cpus()
+        allowed = cpus()
         here = _sched_getcpu() if _sched_getcpu is not None else None
         picks = []
         with self.lock:
             for _ in range(n):
-                if cpus and len(cpus) > 1:
-                    cpu = min(sorted(cpus), key=lambda c: self.running.get(c, 0) + (c == here))
+                if allowed and len(allowed) > 1:
+                    cpu = min(sorted(allowed), key=lambda c: self.running.get(c, 0) + (c == here))
                 else:
                     cpu = None
                 self.running[cpu] = self.running.get(cpu, 0) + 1
@@ -126,12 +126,11 @@ class _Pool:
                 workers.append(w or _Worker(cpu))
         except BaseException:  # no thread (or interrupted): hand back what was taken
             with self.lock:
-                for (cpu, w), made in zip(picks, [*workers, *[None] * len(picks)]):
+                for i, (cpu, idle_one) in enumerate(picks):
                     self.running[cpu] -= 1
-                    if made is not None:
-                        self.idle.setdefault(cpu, []).append(made)
-                    elif w is not None:
-                        self.idle.setdefault(cpu, []).append(w)
+                    kept = workers[i] if i < len(workers) else idle_one  # made (or reused), else as taken
+                    if kept is not None:
+                        self.idle.setdefault(cpu, []).append(kept)
             raise
         return workers
 
@@ -161,7 +160,7 @@ def run_concurrently(cfunc, calls: list[list]) -> None:
     mine = keep = None
     handed, part_error, interrupt = [], None, None
     try:
-        mine = _cpus()
+        mine = cpus()
         keep = mine - {w.cpu for w in workers} if mine else None
         if keep and keep != mine:
             _set_cpus(keep)  # off the workers' cores for the call
