@@ -5,7 +5,7 @@
                                    [--plot FILE.png]
 
 Generates `--tokens` tokens from a one-token prompt twice with the same
-kina.decode.TinyDecoder: once with the KV cache (one in-place step per token,
+kina.models.TinyDecoder: once with the KV cache (one in-place step per token,
 attention over the n cached positions: O(n) per step) and once recomputing full
 causal attention over all n positions at every step (O(n^2) per step). Prints
 the best-of-`--repeats` step time at several n for both (a step at n: n-1
@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from kina.decode import TinyDecoder
+from kina.models import TinyDecoder
 
 
 def best(fn, repeats: int, after=lambda: None) -> float:

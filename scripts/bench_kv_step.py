@@ -44,7 +44,7 @@ The Section 19 host loop, one chain per input set (a chain starts from its set's
                            keeps every call at the same S_past.
   kina loop call_into nT   the same loop into two preallocated result sets per chain, used in turn.
 In place, over caches with NaN in every unused slot:
-  kina in place nT   kina.decode.KVCache(B, H, Dh, T_max, threads=n).step(q, k_new, v_new, float scale),
+  kina in place nT   kina.models.KVCache(B, H, Dh, T_max, threads=n).step(q, k_new, v_new, float scale),
                      after crop(S_past) (not timed) so every call appends at position S_past.
   numpy in place     append k_new/v_new into preallocated [B,H,Dh,T_max] / [B,H,T_max,Dh] buffers,
                      then attend over the filled prefix (strided views), results into scratch.
@@ -85,7 +85,7 @@ so that no variant beats its floor:
      to what that sample implies, and the report names the variant. Raising a bandwidth only
      lowers floors, so the result holds for every variant, and "x floor" is never below 1.
 
-Compile time, in-process through kina.pipeline.build_so on examples/storylm0_kv_step.kina:
+Compile time, in-process through kina.driver.pipeline.build_so on examples/storylm0_kv_step.kina:
 cold = KINA_NO_CACHE=1 (median of --compile-repeats, after one untimed build that pays the
 one-time imports, which is reported as "first"); warm = a cache hit in a fresh KINA_CACHE_DIR.
 
@@ -138,7 +138,7 @@ import numpy as np
 import kina
 import plotting
 from kina import runtime
-from kina.decode import KVCache
+from kina.models import KVCache
 from kina.runtime import empty as aligned_empty
 from kina.runtime import bind
 from validate_kv_cache import reference_numpy as reference  # the plain step, for the spot checks
@@ -843,7 +843,7 @@ def add_floors(r: dict, bw: dict[int, dict]) -> None:
 # -- compile time ------------------------------------------------------------------
 
 def measure_compile(repeats: int) -> dict:
-    from kina import pipeline
+    from kina.driver import pipeline
     src, name = STATIC_EXAMPLE.read_bytes(), str(STATIC_EXAMPLE.relative_to(ROOT))
     saved = {k: os.environ.get(k) for k in ("KINA_NO_CACHE", "KINA_CACHE_DIR")}
     cache = tempfile.mkdtemp(prefix="kina-bench-cache-")

@@ -7,12 +7,12 @@
 Every variant generates --new greedy tokens after the same --prompt-token prompt, with
 the same seeded F32 weights:
 
-- Kina: kina.decode.StoryLM. One decoder_prefill call per layer for the prompt, then one
+- Kina: kina.models.StoryLM. One decoder_prefill call per layer for the prompt, then one
   decoder_step call per layer per token, and the head (kernels/storylm.kina), all compiled;
   the host looks up the embedding row and takes the argmax. One thread.
 - PyTorch eager, 1 and 2 threads: tests/storylm_torch.py, the tests' reference, with its
   KV cache grown by torch.cat as Hugging Face's default cache does, under inference_mode.
-- NumPy: kina.decode.NumPyStoryLM, the same layer in NumPy ops (OpenBLAS at 1 thread).
+- NumPy: kina.models.NumPyStoryLM, the same layer in NumPy ops (OpenBLAS at 1 thread).
 
 The variants run interleaved, --repeats times after one untimed run each, and the table
 shows medians over the runs: the prefill, the median decode step, and tokens/s over the
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # storylm_torch, the tests' PyTorch model
 
 import kina  # noqa: E402
-from kina.decode import NumPyStoryLM, StoryLM  # noqa: E402
+from kina.models import NumPyStoryLM, StoryLM  # noqa: E402
 
 MB = 1e6
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate tokens greedily with kina.decode.TinyDecoder and show per-step timing.
+"""Generate tokens greedily with kina.models.TinyDecoder and show per-step timing.
 
     python scripts/demo_generate.py [--tokens 1000] [--prompt 16] [--layers 2] [--heads 4] [--d-model 64]
                                     [--vocab 256] [--seed 0] [--no-cache]
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import numpy as np
 from tqdm import tqdm
 
-from kina.decode import TinyDecoder
+from kina.models import TinyDecoder
 
 
 @contextmanager

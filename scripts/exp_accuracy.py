@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from kina import pipeline, toolchain  # noqa: E402
-from kina.passes import BY_NAME, PASSES  # noqa: E402
+from kina.driver import pipeline
+from kina.driver import toolchain  # noqa: E402
+from kina.ir.passes import BY_NAME, PASSES  # noqa: E402
 
 
 class Descriptor(ctypes.Structure):

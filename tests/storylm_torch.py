@@ -2,7 +2,7 @@
 reference, and the PyTorch eager row of scripts/bench_model.py.
 
 In:  the weights `kina.storylm` documents (a dict of NumPy arrays named as in
-     `kina.storylm.weight_shapes`, projections stored [in, out]), the head count, eps
+     `kina.models.storylm.weight_shapes`, projections stored [in, out]), the head count, eps
      and the RoPE base.
 Out: `TorchStoryLM`, whose `generate` returns the greedy tokens, the logits that
      chose them and each step's time, with a growing KV cache (prefill, then one position per step) or

@@ -13,7 +13,7 @@ import pytest
 
 import kina
 from conftest import EXAMPLES, assert_same, kv_inputs
-from kina import runtime
+from kina.runtime import loader as runtime
 
 STEP = EXAMPLES / "storylm0_kv_step.kina"
 SMALL = """
@@ -244,7 +244,7 @@ def test_the_fast_data_pointer_is_the_arrays_data_pointer():
     """Descriptors read each array's data pointer from NumPy's array struct (pool.data_pointer):
     for every kind of array a call can see it must be exactly `a.ctypes.data`."""
     import platform
-    from kina.pool import FAST_DATA_POINTER, data_pointer
+    from kina.runtime.pool import FAST_DATA_POINTER, data_pointer
     if platform.python_implementation() == "CPython":
         assert FAST_DATA_POINTER  # the import-time check took the struct path
     base = np.arange(4 * 6 * 8, dtype=np.float32).reshape(4, 6, 8)

@@ -7,9 +7,12 @@ messages lives in tests/errors/; here the point is the checker's API and types.
 """
 import pytest
 
-from kina import ast, check, pipeline, syntax
-from kina.diagnostics import KinaError
-from kina.types import Dim, Signature, TensorType
+from kina.frontend import ast
+from kina.frontend import check
+from kina.driver import pipeline
+from kina.frontend import syntax
+from kina.frontend.diagnostics import KinaError
+from kina.frontend.types import Dim, Signature, TensorType
 
 from conftest import EXAMPLES
 

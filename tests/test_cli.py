@@ -3,7 +3,7 @@
 
 Most tests call `cli.main(argv)` in-process (fast); the ones about what a user
 sees at the process level (no traceback, --version, exit status) run
-`python -m kina.cli` in a subprocess.
+`python -m kina` in a subprocess.
 """
 import os
 import re
@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 import kina
-from kina import cli, pipeline, toolchain
-from kina.diagnostics import KinaError, ToolError
+from kina.driver import cli
+from kina.driver import pipeline
+from kina.driver import toolchain
+from kina.frontend.diagnostics import KinaError, ToolError
 
 from conftest import EXAMPLES
 
@@ -26,7 +28,7 @@ DYN = EXAMPLES / "storylm0_kv_step_dyn.kina"
 
 
 def kinac(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "kina.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kina", *map(str, args)], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd)
 
 
@@ -141,7 +143,7 @@ def test_emit_after_a_pass(capsys, example, level):
 
 
 def test_list_passes(capsys):
-    from kina.passes import PASSES
+    from kina.ir.passes import PASSES
     rc, out, _ = main(capsys, "--list-passes")
     assert rc == 0
     rows = out.splitlines()[1:]
@@ -201,7 +203,7 @@ def test_dump_dir_writes_every_stage_numbered(capsys, example, tmp_path):
     dump = tmp_path / "dump"
     rc, _, _ = main(capsys, example, "--dump-dir", dump, "-o", tmp_path / "kv.so")
     assert rc == 0
-    from kina.pipeline import DUMP_EXT, STAGE_NAMES
+    from kina.driver.pipeline import DUMP_EXT, STAGE_NAMES
     names = sorted(p.name for p in dump.iterdir())
     assert names == [f"{i:02d}-{s}.{DUMP_EXT[s]}" for i, s in enumerate(STAGE_NAMES)]
     assert all((dump / n).stat().st_size > 0 for n in names)
@@ -214,7 +216,7 @@ def test_dump_dir_writes_every_stage_numbered(capsys, example, tmp_path):
 
 
 def test_dump_dir_at_O0_has_no_file_for_a_skipped_pass(capsys, example, tmp_path):
-    from kina.passes import PASSES
+    from kina.ir.passes import PASSES
     rc, _, _ = main(capsys, example, "-O0", "--emit", "to-llvm", "--dump-dir", tmp_path / "dump")
     assert rc == 0
     written = {p.name.split("-", 1)[1].rsplit(".", 1)[0] for p in (tmp_path / "dump").iterdir()}
@@ -228,7 +230,7 @@ def test_dump_dir_stops_at_emit(capsys, example, tmp_path):
 
 
 def test_print_ir_after_all(example):
-    from kina.passes import PASSES
+    from kina.ir.passes import PASSES
     proc = kinac(example, "--emit", "to-llvm", "--print-ir-after-all")
     assert proc.returncode == 0
     assert "llvm.func @kina_kv_step" in proc.stdout
@@ -242,7 +244,7 @@ def test_version():
     proc = kinac("--version")
     assert proc.returncode == 0
     assert f"kinac {kina.__version__}" in proc.stdout
-    from kina import toolchain
+    from kina.driver import toolchain
     assert re.search(rf"MLIR/LLVM {re.escape(toolchain.llvm_version())}\b", proc.stdout)
     assert toolchain.llvm_version().startswith("22.")
     for wheel, version in toolchain.PINNED.items():
@@ -513,7 +515,7 @@ def test_run_compare_reports_the_largest_differences(capsys, tmp_path):
 
 
 def test_compare_differences():
-    from kina.commands import _differences
+    from kina.driver.commands import _differences
     nan, inf = np.nan, np.inf
     f = lambda *v: np.array(v, np.float32)
     assert _differences(f(1, 2, nan, inf), f(1, 2, nan, inf)) == (0.0, 0.0)
@@ -562,7 +564,7 @@ def test_a_started_tool_that_fails_names_a_file_that_reruns_it(example, monkeypa
 def test_started_tools_are_stopped_when_a_build_ends_early(monkeypatch):
     """opt and llc start once the program type-checks (a user's error starts nothing) and
     are killed when a later stage fails; `--emit` before llvm starts nothing."""
-    from kina import lower
+    from kina.ir import lower
     started = []
     real = toolchain.Started
 

@@ -11,7 +11,7 @@ import pytest
 
 import kina
 from conftest import EXAMPLES, ROOT, assert_same
-from kina.decode import CacheFullError, KVCache, TinyDecoder, causal_attention, causal_mask, prefill
+from kina.models import CacheFullError, KVCache, TinyDecoder, causal_attention, causal_mask, prefill
 
 B, H, Dh = 2, 3, 4
 
@@ -299,7 +299,7 @@ def test_the_in_place_step_stays_bit_identical_while_kt_rows_move(monkeypatch):
     """Kᵀ's row stride grows by KT_STRIDE_STEP as the cache fills, then jumps to T_max;
     rows move each time. Every step still equals the functional step, through a crop back
     (which keeps the stride) and a clear (which resets it), with NaN in every unused slot."""
-    from kina import decode
+    from kina.models import kvcache as decode
     monkeypatch.setattr(decode, "KT_SHORT_ROW_BYTES", 160 * 4)  # the jump to T_max at 160 positions
     functional = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina").kv_step
     rng = np.random.default_rng(11)

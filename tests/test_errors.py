@@ -33,7 +33,8 @@ import numpy as np
 import pytest
 
 from conftest import check_against_numpy
-from kina import cli, syntax
+from kina.driver import cli
+from kina.frontend import syntax
 
 CORPUS = Path(__file__).resolve().parent / "errors"
 _ANNOTATION = re.compile(rb"//\s*expected-(error|note)@([+-]\d+)?:(\d+) \{\{(.*)\}\}\s*$")
@@ -169,7 +170,7 @@ def test_user_errors_exit_1_in_a_real_process(tmp_path):
                        ("bad.kina", b"let f\xff"), ("empty.kina", b"")]:
         path = tmp_path / name
         path.write_bytes(data)
-        proc = subprocess.run([sys.executable, "-m", "kina.cli", str(path)], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "kina", str(path)], capture_output=True, text=True)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr.startswith(f"{path}:") and ": error: " in proc.stderr.splitlines()[0], proc.stderr
         assert "Traceback" not in proc.stderr

@@ -33,7 +33,7 @@ def test_f64():
 
 
 def test_so_needs_only_libc_and_libm(tmp_path):
-    from kina.pipeline import build_so
+    from kina.driver.pipeline import build_so
     so = build_so((EXAMPLES / "storylm0_kv_step.kina").read_text(), "kv.kina")
     needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     libs = sorted(line.split("[")[1].split("]")[0] for line in needed.splitlines() if "(NEEDED)" in line)
@@ -110,7 +110,7 @@ def test_fused_value_rows_in_registers_or_not_give_the_same_bits(Dh, shift, stat
     registers when every row of the new cache starts on a cache line (shift 0); otherwise
     (shift 1, or Dh = 16, 48, 160) the row-at-a-time loops run. Either way the new caches
     are exact copies and the context has the bits of the unfused attention kernel."""
-    from kina.decode import _program
+    from kina.models.common import kernel_program as _program
     from kina.runtime import empty
     step = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina",
                              dims=dict(B=1, H=3, Dh=Dh, S=37) if static else None).kv_step

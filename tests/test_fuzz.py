@@ -32,10 +32,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kina
 from conftest import EXAMPLES, assert_same
-from kina import KinaError, check, syntax
-from kina.pipeline import run_stages
+from kina import KinaError
+from kina.frontend import check
+from kina.frontend import syntax
+from kina.driver.pipeline import run_stages
 from kina.runtime import numpy_dtype
-from kina.types import Dim
+from kina.frontend.types import Dim
 
 SCALE = int(os.environ.get("KINA_FUZZ_EXAMPLES", "0"))
 FRONT_END = settings(max_examples=SCALE or 60, deadline=None, derandomize=not SCALE,

@@ -12,9 +12,11 @@ import re
 import numpy as np
 import pytest
 
-from kina import ast, check, syntax
-from kina.diagnostics import KinaError, Loc
-from kina.types import Dim, Signature, TensorType
+from kina.frontend import ast
+from kina.frontend import check
+from kina.frontend import syntax
+from kina.frontend.diagnostics import KinaError, Loc
+from kina.frontend.types import Dim, Signature, TensorType
 
 from conftest import EXAMPLES
 
@@ -324,7 +326,7 @@ def test_compile_file_fixes_dims_into_a_static_specialisation(generic_file):
 
 
 def test_the_compile_cache_keys_on_dtypes_and_dims(generic_file):
-    from kina import pipeline
+    from kina.driver import pipeline
     source = generic_file.read_bytes()
     keys = {pipeline.cache_key(source, str(generic_file), pipeline.specialized(pipeline.Options(), dt, dm))
             for dt, dm in [({"T": "F32"}, None), ({"T": "F16"}, None), ({"T": "F32"}, {"S": 4}),
@@ -361,14 +363,14 @@ def test_a_non_floating_dtype_where_matmul_needs_one_points_at_the_real_file(gen
     (["--dtype", "T"], "kinac: error: --dtype 'T': expected NAME=VALUE"),
 ])
 def test_kinac_dtype_and_dim_errors(generic_file, capsys, flags, message):
-    from kina import cli
+    from kina.driver import cli
     assert cli.main([str(generic_file), "--emit", "typed", *flags]) == 1
     err = capsys.readouterr().err
     assert err.startswith(message) and "Traceback" not in err, err
 
 
 def test_kinac_dtype_and_dim_specialise(generic_file, capsys):
-    from kina import cli
+    from kina.driver import cli
     assert cli.main([str(generic_file), "--emit", "mlir", "--dtype", "T=F16", "--dim", "S=8"]) == 0
     out = capsys.readouterr().out
     assert "func.func @attend(%q: tensor<?x1x?xf16>, %k: tensor<?x?x8xf16>) -> tensor<?x1x8xf16>" in out

@@ -17,8 +17,12 @@ import subprocess
 
 import pytest
 
-from kina import cli, passes, pipeline, toolchain, translate
-from kina.diagnostics import ToolError
+from kina.driver import cli
+from kina.ir import passes
+from kina.driver import pipeline
+from kina.driver import toolchain
+from kina.driver import translate
+from kina.frontend.diagnostics import ToolError
 
 from conftest import ROOT
 

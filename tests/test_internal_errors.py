@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-from kina import cli, lower, toolchain
-from kina.passes import BY_NAME, abi, copies_to_linalg
+from kina.driver import cli
+from kina.ir import lower
+from kina.driver import toolchain
+from kina.ir.passes import BY_NAME, abi, copies_to_linalg
 
 SOURCE = """let f = fn(a: tensor<F32, [2, 3], @host>) -> (tensor<F32, [2, 3], @host>) {
   let b = a + a;

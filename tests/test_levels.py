@@ -23,8 +23,9 @@ from hypothesis import given
 
 import kina
 from conftest import DYN_TEXT, EXAMPLES, ROOT, assert_same, kv_inputs
-from kina import check, syntax
-from kina.pipeline import Options
+from kina.frontend import check
+from kina.frontend import syntax
+from kina.driver.pipeline import Options
 from test_fuzz import COMPILED, SIZES, programs, random_args
 
 SOFTMAX_RTOL = 2e-6  # F32: a few ulps of the sum's reordering and of exp, relative to each result
@@ -75,7 +76,7 @@ def test_the_step_agrees_across_levels():
 
 
 def test_functional_and_in_place_agree_at_each_level(level, monkeypatch):
-    from kina.decode import KVCache
+    from kina.models import KVCache
     monkeypatch.setenv("KINA_OPT_LEVEL", str(level))
     B, H, Dh = 1, 2, 8
     cache = KVCache(B, H, Dh, max_seq_len=16)
@@ -89,8 +90,8 @@ def test_functional_and_in_place_agree_at_each_level(level, monkeypatch):
 
 
 def test_O0_runs_none_of_the_optimisation_passes(tmp_path):
-    from kina.passes import PASSES
-    from kina.pipeline import run_stages
+    from kina.ir.passes import PASSES
+    from kina.driver.pipeline import run_stages
     text = (EXAMPLES / "storylm0_kv_step.kina").read_text()
     run_stages(text, "kv.kina", "to-llvm", Options(opt_level=0), dump_dir=tmp_path)
     ran = {p.name.split("-", 1)[1].rsplit(".", 1)[0] for p in tmp_path.iterdir()}
@@ -103,7 +104,7 @@ def test_O0_runs_none_of_the_optimisation_passes(tmp_path):
 def test_validate_kv_cache_passes(tmp_path, flag):
     """scripts/validate_kv_cache.py, as `make demo` runs it, on a .so built at each level."""
     so = tmp_path / "step.so"
-    kinac = [sys.executable, "-m", "kina.cli"]
+    kinac = [sys.executable, "-m", "kina"]
     subprocess.run([*kinac, str(EXAMPLES / "storylm0_kv_step.kina"), flag, "-o", str(so)], check=True,
                    capture_output=True)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "validate_kv_cache.py"), str(so)],
@@ -113,7 +114,7 @@ def test_validate_kv_cache_passes(tmp_path, flag):
 
 
 def test_KINA_OPT_LEVEL_set_at_run_time_counts(monkeypatch, tmp_path):
-    from kina.pipeline import run_stages
+    from kina.driver.pipeline import run_stages
     monkeypatch.setenv("KINA_OPT_LEVEL", "0")
     run_stages(DYN_TEXT, "dyn.kina", "to-llvm", dump_dir=tmp_path)
     assert not list(tmp_path.glob("*-matmul-loops.mlir")), "the default options must read KINA_OPT_LEVEL per call"

@@ -106,7 +106,7 @@ def test_softmax_exp_is_within_one_ulp_and_handles_special_values():
      "o, u"),
 ])
 def test_dying_operands_are_updated_in_place(reused, body, results):
-    from kina.pipeline import run_stages
+    from kina.driver.pipeline import run_stages
     out_types = ", ".join("tensor<F32, [1, 8], @host>" if r == "o" else "tensor<F32, [1, N], @host>"
                           for r in results.split(", "))
     source = (f"let f = fn(q: tensor<F32, [1, 8], @host>, k: tensor<F32, [8, N], @host>, v: tensor<F32, [N, 8], @host>,\n"

@@ -18,7 +18,7 @@ import pytest
 
 import kina
 from conftest import assert_same, check_against_numpy
-from kina.pipeline import Options
+from kina.driver.pipeline import Options
 from kina.runtime import numpy_dtype
 
 E = (0,)  # the one result is exact
@@ -36,7 +36,7 @@ def arrays(source: str, seed: int = 0, positive: bool = False) -> list[np.ndarra
     """Seeded inputs for `source`'s parameters, symbolic dims at SIZES (positive: for sqrt)."""
     rng = np.random.default_rng(seed)
     out = []
-    for _, t in kina.check.check(kina.syntax.parse(source)).functions[0].sig.params:
+    for _, t in kina.frontend.check.check(kina.frontend.syntax.parse(source)).functions[0].sig.params:
         shape = tuple(d.evaluate(SIZES) for d in t.dims)
         if t.is_float:
             v = rng.standard_normal(shape)

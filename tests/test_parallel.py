@@ -21,8 +21,12 @@ import pytest
 
 import kina
 from conftest import DYN_TEXT, assert_same, kv_inputs
-from kina import check, pool, runtime, syntax, workers
-from kina.parallel import independent_axes
+from kina.frontend import check
+from kina.runtime import pool
+from kina.runtime import loader as runtime
+from kina.frontend import syntax
+from kina.runtime import workers
+from kina.frontend.axes import independent_axes
 
 MIB = 1 << 20
 
@@ -194,7 +198,7 @@ def test_concurrent_calls_from_python_threads(step, monkeypatch):
 def test_in_place_step_on_threads_with_nan_in_unused_slots(monkeypatch, B, H):
     """KVCache runs one prepared call per part on its buffers: the same bits as one
     thread, after every step, and after its thread count changes."""
-    from kina.decode import KVCache
+    from kina.models import KVCache
     monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
     Dh = 32
     caches = [KVCache(B, H, Dh, 64, threads=n) for n in (1, 2, 5)]
@@ -391,7 +395,7 @@ def test_without_binding_the_parts_still_run(monkeypatch):
 
 
 def test_a_started_tool_whose_feed_is_interrupted_is_killed():
-    from kina import toolchain
+    from kina.driver import toolchain
     started = toolchain.Started("opt", ["-S", "-", "-o", "-"])
 
     real = started._proc.communicate

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from kina import toolchain
-from kina.diagnostics import ToolError
+from kina.driver import toolchain
+from kina.frontend.diagnostics import ToolError
 
 from conftest import ROOT
 
@@ -45,7 +45,7 @@ def test_pass(path):
 
 
 def test_every_kina_pass_has_a_file():
-    from kina.passes import PASSES
+    from kina.ir.passes import PASSES
     assert {f"{p.name}.mlir" for p in PASSES if p.kind == "kina"} <= {p.name for p in FILES}
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import kina
 from conftest import EXAMPLES, assert_same, kv_inputs
-from kina.pipeline import build_so
+from kina.driver.pipeline import build_so
 from kina.runtime import LoadError, load
 
 SOURCE = """
@@ -249,7 +249,7 @@ def test_so_built_for_a_cpu_with_more_instructions_is_refused(so, tmp_path):
 
 
 def test_portable_build_records_no_cpu_flags_and_runs(ref):
-    from kina.pipeline import Options
+    from kina.driver.pipeline import Options
     portable = build_so(SOURCE, "portable.kina", Options(cpu="x86-64"))
     sidecar = json.loads(portable.with_suffix(".json").read_text())
     assert sidecar["cpu"] == "x86-64" and sidecar["cpu_flags"] == []
@@ -279,8 +279,8 @@ let f = fn(a: tensor<F32, [N, 1], @host>, b: tensor<F32, [1, N], @host>, c: tens
 
 @pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
 def test_level_builds_record_the_level_s_extensions(level):
-    from kina.pipeline import Options
-    from kina.toolchain import CPU_LEVELS, cpu_flags
+    from kina.driver.pipeline import Options
+    from kina.driver.toolchain import CPU_LEVELS, cpu_flags
     built = build_so(SOURCE, f"{level}.kina", Options(cpu=level))
     sidecar = json.loads(built.with_suffix(".json").read_text())
     assert sidecar["cpu"] == level and set(sidecar["cpu_flags"]) == CPU_LEVELS[level]

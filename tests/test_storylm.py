@@ -1,4 +1,4 @@
-"""kina.decode.StoryLM (issue 13): a decoder whose every layer is one compiled Kina call.
+"""kina.models.StoryLM (issue 13): a decoder whose every layer is one compiled Kina call.
 
 - the layer programs (kernels/storylm.kina) equal the NumPy interpreter, and the
   example is the kernel at F32;
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import kina
-import kina.storylm
+import kina.models.storylm
 from conftest import EXAMPLES, ROOT, assert_same
-from kina.decode import NumPyStoryLM, StoryLM
-from kina.storylm import _program, causal_mask, weight_shapes
+from kina.models import NumPyStoryLM, StoryLM
+from kina.models.storylm import _program, causal_mask, weight_shapes
 
-KERNEL = ROOT / "src" / "kina" / "kernels" / "storylm.kina"
+KERNEL = ROOT / "src" / "kina" / "models" / "kernels" / "storylm.kina"
 SIZES = dict(vocab_size=96, d_model=32, n_heads=4, n_layers=2, ffn_dim=88, max_seq_len=160)
 PROMPT = [5, 17, 2, 88, 41, 9]
 
@@ -89,7 +89,7 @@ def test_f64_layer_matches_the_interpreter():
 def test_the_example_is_the_kernel_at_f32():
     """examples/storylm0_decoder_step.kina is the kernel's decoder_step at T=F32 and its own
     sizes: the same reference IR (and it builds alone, with no --dtype or --dim)."""
-    from kina.pipeline import Options, _render, run_stages
+    from kina.driver.pipeline import Options, _render, run_stages
     text = KERNEL.read_text()
     step = text[text.index("let decoder_step"):text.index("// P new positions")]
     sizes = (("D", 512), ("H", 8), ("Dh", 64), ("R", 32), ("F", 1408))
@@ -182,7 +182,7 @@ def test_weight_names_and_shapes_are_documented():
     assert shapes["embed"] == (96, 32) and shapes["head"] == (32, 96) and shapes["norm"] == (32,)
     assert shapes["layers.1.w_gate"] == (32, 88) and shapes["layers.1.w_down"] == (88, 32)
     assert len(shapes) == 3 + 2 * 9
-    doc = kina.storylm.__doc__
+    doc = kina.models.storylm.__doc__
     assert all(name.split(".")[-1] in doc for name in shapes)
 
 

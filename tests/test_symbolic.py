@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kina
-from kina import pipeline
+from kina.driver import pipeline
 
 from conftest import DYN_TEXT, EXAMPLES, GENERIC_STEP, ROOT, assert_same, kv_inputs
 
@@ -77,10 +77,11 @@ def test_one_compile_serves_every_size(dyn, dyn_builds, B, H, Dh, S):
 def test_symbolic_example_is_what_the_specialization_replaces():
     """The static programs used below are the dyn example with its dims fixed: the static
     example's signature; and the generic kernel at T = F32 is the dyn example."""
-    from kina import check, syntax
+    from kina.frontend import check
+    from kina.frontend import syntax
     want = check.check(syntax.parse((EXAMPLES / "storylm0_kv_step.kina").read_text())).functions[0].sig
     assert check.check(syntax.parse(DYN_TEXT), dims=dict(B=1, H=2, Dh=2, S=3)).functions[0].sig == want
-    from kina.pipeline import Options, _render, run_stages
+    from kina.driver.pipeline import Options, _render, run_stages
     ir = [_render(run_stages(text, "step.kina", "mlir", Options(dtypes=dtypes)), "mlir")
           for text, dtypes in ((GENERIC_STEP.read_text(), (("T", "F32"),)), (DYN_TEXT, ()))]
     assert ir[0] == ir[1], "the generic step at T = F32 is not the dyn example"
@@ -253,8 +254,8 @@ def test_static_step_30000_calls_do_not_grow_memory():
 
 def test_prefill_example_is_the_kernel_at_f32():
     """examples/storylm0_prefill.kina is the F32 copy of the generic kernel kina.decode uses."""
-    from kina.pipeline import Options, _render, run_stages
-    kernel = ROOT / "src" / "kina" / "kernels" / "prefill.kina"
+    from kina.driver.pipeline import Options, _render, run_stages
+    kernel = ROOT / "src" / "kina" / "models" / "kernels" / "prefill.kina"
     ir = [_render(run_stages(path.read_text(), "prefill.kina", "mlir", Options(dtypes=dtypes)), "mlir")
           for path, dtypes in ((kernel, (("T", "F32"),)), (EXAMPLES / "storylm0_prefill.kina", ()))]
     assert ir[0] == ir[1]

@@ -6,9 +6,10 @@ are parsed inside a fixed wrapper that puts them on line 2 from column 9.
 """
 import pytest
 
-from kina import ast, syntax
-from kina.diagnostics import KinaError, Loc
-from kina.types import Dim
+from kina.frontend import ast
+from kina.frontend import syntax
+from kina.frontend.diagnostics import KinaError, Loc
+from kina.frontend.types import Dim
 
 F = "t.kina"
 PREFIX = "let x = "  # the expression starts at line 2, column len(PREFIX) + 1 = 9
@@ -158,7 +159,7 @@ def test_locations_are_compared():
 
 
 def test_type_is_not_compared():
-    from kina.types import TensorType
+    from kina.frontend.types import TensorType
     typed = ast.Name(E(9, 10), "a", type=TensorType("F32", (Dim(2),)))
     assert parse_expr("a") == typed
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kina import cli
-from kina.diagnostics import KinaError, Loc, use_color
+from kina.driver import cli
+from kina.frontend.diagnostics import KinaError, Loc, use_color
 
 from conftest import EXAMPLES, ROOT
 
@@ -21,7 +21,7 @@ pygments = pytest.importorskip("pygments")
 from pygments.lexers import get_lexer_by_name, get_lexer_for_filename  # noqa: E402
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation  # noqa: E402
 
-SOURCES = sorted(EXAMPLES.glob("*.kina")) + sorted((ROOT / "src/kina/kernels").glob("*.kina"))
+SOURCES = sorted(EXAMPLES.glob("*.kina")) + sorted((ROOT / "src/kina/models/kernels").glob("*.kina"))
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BAD = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n  (a @ a)\n}\n"
 SYNTAX_ERROR = BAD.replace("@ a", "$ a")  # kinac stops in the parser: bad.kina:2:6
@@ -36,7 +36,7 @@ def tokens(text):
 # --- the lexer ---------------------------------------------------------------------------------
 
 def test_lexer_is_found_through_the_entry_point():
-    from kina.highlight import KinaLexer
+    from kina.editors.pygments_lexer import KinaLexer
     assert type(get_lexer_by_name("kina")) is KinaLexer
     assert type(get_lexer_for_filename("attn.kina")) is KinaLexer
     assert KinaLexer.name == "Kina"
@@ -73,8 +73,8 @@ def test_tokens_follow_the_grammar():
 
 def test_words_and_symbols_come_from_the_grammar():
     from lark import Lark
-    from kina import highlight
-    grammar = Lark((ROOT / "src/kina/grammar.lark").read_text(), parser="lalr")
+    from kina.editors import pygments_lexer as highlight
+    grammar = Lark((ROOT / "src/kina/frontend/grammar.lark").read_text(), parser="lalr")
     literals = {t.pattern.value for t in grammar.terminals if t.pattern.type == "str"}
     classified = {*highlight.KEYWORDS, *highlight.ATTRIBUTES, *highlight.BUILTINS,
                   *highlight.OPERATORS, *highlight.PUNCTUATION}
@@ -90,7 +90,7 @@ def test_characters_outside_the_language_are_error_tokens():
 
 
 def test_lexer_does_not_import_mlir():
-    code = "import sys, kina.highlight; assert 'mlir' not in sys.modules, 'mlir imported'"
+    code = "import sys, kina.editors.pygments_lexer; assert 'mlir' not in sys.modules, 'mlir imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -8,7 +8,7 @@ Importing `kina` is cheap: the front end (lark) and the back end (mlir) load onl
 when a function that needs them is first called, so `kina.load` of a built .so
 needs nothing but NumPy and ctypes.
 """
-from .diagnostics import InternalError, KinaError, ToolError
+from .frontend.diagnostics import InternalError, KinaError, ToolError
 
 __version__ = "0.1.0"
 
@@ -18,7 +18,7 @@ __all__ = ["KinaError", "InternalError", "ToolError", "compile_file", "compile_s
 
 def __getattr__(name):  # lazy, so the runtime never drags in lark or mlir
     if name in ("compile_file", "compile_source"):
-        from . import pipeline
+        from .driver import pipeline
         return getattr(pipeline, name)
     if name == "load":
         from .runtime import load

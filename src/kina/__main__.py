@@ -1,6 +1,6 @@
 """`python -m kina ...` is `kinac ...`: the same arguments, output and exit status."""
 import sys
 
-from .cli import main
+from .driver.cli import main
 
 sys.exit(main())

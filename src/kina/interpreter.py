@@ -19,11 +19,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import ast
-from .check import check
+from .frontend import ast
+from .frontend.check import check
+from .frontend.syntax import parse
+from .frontend.types import nearest
 from .runtime import bind, numpy_dtype, result_shapes
-from .syntax import parse
-from .types import nearest
 
 
 # The dtypes whose sums (matmul, softmax) run in F32 and are rounded once, as in the

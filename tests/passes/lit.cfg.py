@@ -11,7 +11,7 @@ import sys
 
 import lit.formats
 
-from kina import toolchain
+from kina.driver import toolchain
 
 config.name = "kina-passes"
 config.test_format = lit.formats.ShTest(execute_external=False)

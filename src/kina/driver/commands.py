@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .interpreter import interpret
-from .runtime import bind, empty, numpy_dtype
-from .types import Signature, TensorType
+from ..frontend.types import Signature, TensorType
+from ..interpreter import interpret
+from ..runtime import bind, empty, numpy_dtype
 
 
 class CommandError(Exception):

@@ -33,11 +33,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import runtime
-
-KERNELS = Path(__file__).resolve().parent / "kernels"
-_KINA_DTYPES = {runtime.numpy_dtype(d): d for d in ("F16", "BF16", "F32", "F64")}  # BF16: ml_dtypes.bfloat16
-
+from .. import runtime
+from .common import count, kernel_program, causal_mask, kina_dtype, shape_str
 
 class CacheFullError(ValueError):
     """An append that does not fit; the cache is left exactly as it was."""
@@ -46,40 +43,6 @@ class CacheFullError(ValueError):
         self.n_filled, self.max_seq_len, self.requested = n_filled, max_seq_len, requested
         super().__init__(f"KV cache is full: {n_filled} of {max_seq_len} positions are filled, so {requested} more "
                          f"do not fit ({max_seq_len - n_filled} free)")
-
-
-def _program(name: str, dtype: np.dtype):
-    """kernels/<name>.kina (generic in its element type T) compiled for `dtype`."""
-    from .pipeline import Options
-    return _compiled(name, _KINA_DTYPES[dtype], Options())
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(name: str, dtype: str, options):
-    import kina
-    return kina.compile_file(KERNELS / f"{name}.kina", options, dtypes={"T": dtype})
-
-
-def _kina_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype: expected a NumPy floating dtype, got {dtype!r}") from None
-    if dt not in _KINA_DTYPES:
-        raise TypeError(f"dtype: expected float16, bfloat16 (ml_dtypes), float32 or float64, got {dt}")
-    return dt
-
-
-def _count(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
-    return int(value)
-
-
-def _shape_str(dims) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
 # While Kᵀ rows are short, their stride stays within this many positions above the
@@ -106,18 +69,18 @@ class KVCache:
 
     def __init__(self, batch: int, n_heads: int, head_dim: int, max_seq_len: int, dtype=np.float32,
                  threads: int | None = None):
-        self.threads = runtime.default_threads() if threads is None else _count("threads", threads, 1)
-        self.batch = _count("batch", batch, 1)
-        self.n_heads = _count("n_heads", n_heads, 1)
-        self.head_dim = _count("head_dim", head_dim, 1)
-        self._max_seq_len = _count("max_seq_len", max_seq_len, 1)
-        self.dtype = _kina_dtype(dtype)
+        self.threads = runtime.default_threads() if threads is None else count("threads", threads, 1)
+        self.batch = count("batch", batch, 1)
+        self.n_heads = count("n_heads", n_heads, 1)
+        self.head_dim = count("head_dim", head_dim, 1)
+        self._max_seq_len = count("max_seq_len", max_seq_len, 1)
+        self.dtype = kina_dtype(dtype)
         B, H, Dh, T = self.batch, self.n_heads, self.head_dim, self._max_seq_len
         self._kt_buffer = runtime.zeros((B, H, Dh * T), self.dtype)
         self._stride = self._stride_for(1)
         self._v = runtime.zeros((B, H, T, Dh), self.dtype)
         self._n = 0
-        self._kernels = _program("attention", self.dtype)
+        self._kernels = kernel_program("attention", self.dtype)
         # The in-place step's kernel call, prepared on this cache's buffers (again when
         # Kᵀ's stride grows): per step only the fill (a size in two descriptors), the
         # context's pointer and the query and scale values change (q and scale are
@@ -203,7 +166,7 @@ class KVCache:
 
     def crop(self, n: int) -> None:
         """Roll back to the first `n` positions, as if nothing past them had been appended."""
-        n = _count("n", n, 0)
+        n = count("n", n, 0)
         if n > self._n:
             raise ValueError(f"crop: n={n} is past the fill: only {self._n} positions are filled")
         self._n = n
@@ -222,8 +185,8 @@ class KVCache:
         for d, got in zip(dims, shape):
             ok = ok and (d is None or d == got)
         if not ok:
-            want = _shape_str("n" if d is None else d for d in dims)
-            raise ValueError(f"{where}: {name} must have shape {want}, got {_shape_str(a.shape)}")
+            want = shape_str("n" if d is None else d for d in dims)
+            raise ValueError(f"{where}: {name} must have shape {want}, got {shape_str(a.shape)}")
 
     def _check_kv(self, where: str, k_new, v_new) -> int:
         B, H, Dh = self.batch, self.n_heads, self.head_dim
@@ -362,14 +325,6 @@ class KVCache:
 
 # -- prefill -------------------------------------------------------------------
 
-def causal_mask(n_past: int, n_new: int, dtype=np.float32) -> np.ndarray:
-    """The additive mask [1, 1, n_new, n_past + n_new]: query i sees keys 0 .. n_past + i."""
-    n_past, n_new = _count("n_past", n_past, 0), _count("n_new", n_new, 1)
-    cols = np.arange(n_past + n_new)
-    rows = np.arange(n_new)[:, None] + n_past
-    return np.where(cols <= rows, 0.0, -np.inf).astype(_kina_dtype(dtype))[None, None]
-
-
 def prefill(cache: KVCache, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
     """Attend P new positions causally (after the cache's filled ones), then append them.
 
@@ -381,7 +336,7 @@ def prefill(cache: KVCache, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray,
         raise ValueError("prefill: k_new and v_new hold no positions: expected P >= 1")
     cache._check("prefill", "q", q, (cache.batch, cache.n_heads, n, cache.head_dim))
     s = np.full((1, 1, 1, 1), cache._scale("prefill", scale), cache.dtype)
-    kernel = _program("prefill", cache.dtype).prefill
+    kernel = kernel_program("prefill", cache.dtype).prefill
     past = cache.n_filled
     k_all, v_all, context = kernel(q, cache.keys(), k_new, cache.values(), v_new, causal_mask(past, n, cache.dtype), s)
     cache.append(k_all[..., past:], v_all[:, :, past:, :])  # the program's Kᵀ and V seed the cache
@@ -396,189 +351,11 @@ def causal_attention(q: np.ndarray, k_t: np.ndarray, v: np.ndarray, scale: float
     if not isinstance(k_t, np.ndarray):
         raise TypeError(f"causal_attention: k_t must be a numpy.ndarray, got {type(k_t).__name__}")
     if k_t.ndim != 4:
-        raise ValueError(f"causal_attention: k_t must have shape [B, H, Dh, P], got {_shape_str(k_t.shape)}")
-    dtype = _kina_dtype(k_t.dtype)
+        raise ValueError(f"causal_attention: k_t must have shape [B, H, Dh, P], got {shape_str(k_t.shape)}")
+    dtype = kina_dtype(k_t.dtype)
     P = k_t.shape[3]
     if P == 0:
         raise ValueError("causal_attention: k_t holds no positions: expected P >= 1")
     s = np.full((1, 1, 1, 1), scale, dtype)
     empty_v = np.zeros((*k_t.shape[:2], 0, k_t.shape[2]), dtype)
-    return _program("prefill", dtype).prefill(q, k_t[..., :0], k_t, empty_v, v, causal_mask(0, P, dtype), s)[2]
-
-
-# -- a tiny decoder-only model ---------------------------------------------------
-
-@dataclass
-class Generation:
-    """What `TinyDecoder.trace` returns: the tokens, the logits that chose them, the time of each step."""
-
-    tokens: list[int]
-    logits: np.ndarray  # [n_new, vocab_size]
-    step_seconds: list[float] = field(default_factory=list)
-
-
-def _rms_norm(x: np.ndarray) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6, dtype=x.dtype)
-
-
-def _positions(start: int, count: int, d_model: int, dtype) -> np.ndarray:
-    """Sinusoidal position encodings [count, d_model]: no table, so nothing depends on max_seq_len."""
-    pos = np.arange(start, start + count, dtype=np.float64)[:, None]
-    freq = np.exp(-math.log(10000.0) * (np.arange(0, d_model, 2) / d_model))
-    enc = np.zeros((count, d_model))
-    enc[:, 0::2] = np.sin(pos * freq)
-    enc[:, 1::2] = np.cos(pos * freq[: d_model // 2])
-    return enc.astype(dtype)
-
-
-class TinyDecoder:
-    """A deterministic decoder-only transformer with seeded random weights.
-
-    Per layer: RMS norm, multi-head causal self-attention (compiled Kina), a
-    residual, RMS norm, a ReLU MLP, a residual. Embedding, projections, MLP and
-    the output head run on the host in NumPy; the weights depend on `seed` and the
-    sizes, never on `max_seq_len`, which only bounds the sequence length.
-    """
-
-    def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, max_seq_len: int,
-                 seed: int = 0, dtype=np.float32):
-        self.vocab_size = _count("vocab_size", vocab_size, 1)
-        self.d_model = _count("d_model", d_model, 1)
-        self.n_heads = _count("n_heads", n_heads, 1)
-        self.n_layers = _count("n_layers", n_layers, 1)
-        self.max_seq_len = _count("max_seq_len", max_seq_len, 1)
-        self.seed = _count("seed", seed, 0)
-        self.dtype = _kina_dtype(dtype)
-        if self.dtype == runtime.numpy_dtype("BF16"):  # ml_dtypes' bfloat16 matmul returns float32
-            raise TypeError("dtype: TinyDecoder's host layers are NumPy matmuls, which have no bfloat16 result: "
-                            "use float16, float32 or float64 (a KVCache may be bfloat16)")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model: {d_model} is not a multiple of n_heads = {n_heads}")
-        if self.d_model % 2:
-            raise ValueError(f"d_model: must be even (sinusoidal positions come in sin/cos pairs), got {d_model}")
-        self.head_dim = self.d_model // self.n_heads
-        self.scale = 1.0 / math.sqrt(self.head_dim)
-        rng = np.random.default_rng(self.seed)
-        D = self.d_model
-
-        def w(*shape):
-            return (rng.standard_normal(shape) / math.sqrt(shape[0])).astype(self.dtype)
-
-        self.embedding = rng.standard_normal((self.vocab_size, D)).astype(self.dtype)
-        self.layers = [dict(wq=w(D, D), wk=w(D, D), wv=w(D, D), wo=w(D, D), w1=w(D, 4 * D), w2=w(4 * D, D))
-                       for _ in range(self.n_layers)]
-        self.head = w(D, self.vocab_size)
-
-    def new_cache(self) -> list[KVCache]:
-        """One empty KVCache per layer."""
-        return [KVCache(1, self.n_heads, self.head_dim, self.max_seq_len, self.dtype) for _ in range(self.n_layers)]
-
-    # -- the forward pass over a block of positions ----------------------------
-    def _heads(self, x: np.ndarray) -> np.ndarray:
-        """[T, D] -> [1, H, T, Dh]."""
-        return x.reshape(x.shape[0], self.n_heads, self.head_dim).transpose(1, 0, 2)[None]
-
-    def _forward(self, tokens: list[int], start: int, attention) -> np.ndarray:
-        """Logits [vocab] after the last of `tokens`, placed at positions start, start+1, ...
-
-        `attention(layer, q, k_t, v)` gets [1, H, T, Dh], [1, H, Dh, T], [1, H, T, Dh]
-        and returns the context [1, H, T, Dh].
-        """
-        T = len(tokens)
-        h = self.embedding[tokens] + _positions(start, T, self.d_model, self.dtype)
-        for i, p in enumerate(self.layers):
-            a = _rms_norm(h)
-            q, k, v = self._heads(a @ p["wq"]), self._heads(a @ p["wk"]), self._heads(a @ p["wv"])
-            ctx = attention(i, np.ascontiguousarray(q), np.ascontiguousarray(k.transpose(0, 1, 3, 2)),
-                            np.ascontiguousarray(v))
-            h = h + ctx[0].transpose(1, 0, 2).reshape(T, self.d_model) @ p["wo"]
-            h = h + np.maximum(_rms_norm(h) @ p["w1"], 0) @ p["w2"]
-        return (_rms_norm(h[-1:]) @ self.head)[0]
-
-    def _tokens(self, name: str, tokens) -> list[int]:
-        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
-            raise TypeError(f"{name}: expected a sequence of token ids, got {type(tokens).__name__}")
-        out = []
-        for i, t in enumerate(tokens):
-            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-                raise TypeError(f"{name}[{i}]: expected an int token id, got {type(t).__name__}")
-            if not 0 <= t < self.vocab_size:
-                raise ValueError(f"{name}[{i}]: token id {t} is out of range: expected 0 <= id < vocab_size "
-                                 f"= {self.vocab_size}")
-            out.append(int(t))
-        return out
-
-    def _check_caches(self, caches) -> None:
-        if (not isinstance(caches, list) or len(caches) != self.n_layers
-                or not all(isinstance(c, KVCache) for c in caches)):
-            raise TypeError(f"caches: expected a list of {self.n_layers} KVCache (one per layer), from new_cache()")
-        if len({c.n_filled for c in caches}) != 1:
-            raise ValueError(f"caches: the layers disagree on the fill: {[c.n_filled for c in caches]}")
-
-    def prefill(self, tokens: Sequence[int], caches: list[KVCache]) -> np.ndarray:
-        """Run `tokens` through the model at once (after the caches' positions), append them; last logits."""
-        tokens = self._tokens("tokens", tokens)
-        self._check_caches(caches)
-        if not tokens:
-            raise ValueError("tokens: expected at least one token")
-        start = caches[0].n_filled
-        if start + len(tokens) > caches[0].max_seq_len:
-            raise CacheFullError(start, caches[0].max_seq_len, len(tokens))
-        return self._forward(tokens, start, lambda i, q, k, v: prefill(caches[i], q, k, v, self.scale))
-
-    def step(self, token: int, caches: list[KVCache]) -> np.ndarray:
-        """One decode step: `token` at position n_filled, through the in-place cache step; its logits."""
-        (token,) = self._tokens("token", [token])
-        self._check_caches(caches)
-        start = caches[0].n_filled
-        if start + 1 > caches[0].max_seq_len:
-            raise CacheFullError(start, caches[0].max_seq_len, 1)
-        return self._forward([token], start, lambda i, q, k, v: caches[i].step(q, k, v, self.scale))
-
-    def recompute(self, tokens: Sequence[int]) -> np.ndarray:
-        """The logits after `tokens`, from full causal attention over all of them (no cache kept)."""
-        tokens = self._tokens("tokens", tokens)
-        if not tokens:
-            raise ValueError("tokens: expected at least one token")
-        if len(tokens) > self.max_seq_len:
-            raise ValueError(f"tokens: {len(tokens)} tokens exceed max_seq_len = {self.max_seq_len}")
-
-        return self._forward(tokens, 0, lambda i, q, k, v: causal_attention(q, k, v, self.scale))
-
-    # -- generation -----------------------------------------------------------
-    def trace(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True,
-              on_step: Callable[[int, int, float], None] | None = None) -> Generation:
-        """Greedy generation, keeping each step's logits and time; `on_step(i, token, seconds)` after each."""
-        prompt = self._tokens("prompt_tokens", prompt_tokens)
-        n_new = _count("n_new", n_new, 0)
-        if not prompt:
-            raise ValueError("prompt_tokens: expected at least one token to continue from")
-        needed = len(prompt) + n_new - 1  # the last generated token is never fed back
-        if n_new and needed > self.max_seq_len:
-            raise ValueError(f"n_new: {len(prompt)} prompt tokens + {n_new} new need {needed} positions, "
-                             f"more than max_seq_len = {self.max_seq_len}")
-        tokens, rows, seconds = list(prompt), [], []
-        caches = self.new_cache() if use_cache else None
-        for i in range(n_new):
-            t0 = time.perf_counter()
-            if not use_cache:
-                logits = self.recompute(tokens)
-            elif i == 0:
-                logits = self.prefill(prompt, caches)
-            else:
-                logits = self.step(tokens[-1], caches)
-            token = int(np.argmax(logits))
-            seconds.append(time.perf_counter() - t0)
-            tokens.append(token)
-            rows.append(logits)
-            if on_step is not None:
-                on_step(i, token, seconds[-1])
-        logits = np.stack(rows) if rows else np.zeros((0, self.vocab_size), self.dtype)
-        return Generation(tokens[len(prompt):], logits, seconds)
-
-    def generate(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True) -> list[int]:
-        """The n_new greedy (argmax) token ids that follow `prompt_tokens`."""
-        return self.trace(prompt_tokens, n_new, use_cache).tokens
-
-
-from .storylm import NumPyStoryLM, StoryCache, StoryLM  # noqa: E402  (storylm imports this module's names, last)
+    return kernel_program("prefill", dtype).prefill(q, k_t[..., :0], k_t, empty_v, v, causal_mask(0, P, dtype), s)[2]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, linalg
 
-from .types import DTYPES, Dim, TensorType
+from ..frontend.types import DTYPES, Dim, TensorType
 
 DYN = ir.ShapedType.get_dynamic_size()
 

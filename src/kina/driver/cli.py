@@ -22,8 +22,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from . import __version__
-from .diagnostics import InternalError, KinaError, ToolError, use_color
+from .. import __version__
+from ..frontend.diagnostics import InternalError, KinaError, ToolError, use_color
 
 
 def version_text() -> str:
@@ -70,7 +70,7 @@ def compile_main(argv: list[str]) -> int:
     parser = _compile_parser()
     args = parser.parse_args(argv)
     if args.list_passes:
-        from .passes import table
+        from ..ir.passes import table
         sys.stdout.write(table())
         return 0
     if not args.file:
@@ -146,7 +146,7 @@ def _assignments(flag: str, items: list[str], kind) -> dict:
 
 def opt_main(argv: list[str]) -> int:
     """`kinac opt`: run named passes on MLIR text and print the result, like mlir-opt."""
-    from .passes import BY_NAME, PASSES
+    from ..ir.passes import BY_NAME, PASSES
     p = argparse.ArgumentParser(prog="kinac opt", description="Run kinac's passes on an MLIR file and print the result.")
     p.add_argument("file", help="the .mlir file ('-' for stdin)")
     p.add_argument("--passes", required=True, help="comma-separated pass names, in order (see kinac --list-passes)")
@@ -167,7 +167,7 @@ def opt_main(argv: list[str]) -> int:
         return 1
     from mlir import ir
     from . import pipeline
-    from .irbuild import print_ir
+    from ..ir.irbuild import print_ir
     ctx = ir.Context()
     try:
         module = ir.Module.parse(text, ctx)

@@ -22,12 +22,12 @@ from lark import Lark
 from pygments.lexer import RegexLexer, bygroups, include, words
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, Whitespace
 
-from .types import DTYPES, PLACEMENTS
+from ..frontend.types import DTYPES, PLACEMENTS
 
 
 def _grammar_terminals() -> dict[str, object]:
     """Every terminal of grammar.lark by name: NAME, INT, COMMENT, WS and one per literal."""
-    grammar = Lark((Path(__file__).parent / "grammar.lark").read_text(), parser="lalr")
+    grammar = Lark((Path(__file__).parent.parent / "frontend" / "grammar.lark").read_text(), parser="lalr")
     return {t.name: t.pattern for t in grammar.terminals}
 
 

@@ -42,10 +42,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from ..frontend.types import DTYPES, Dim, Signature, TensorType
 from . import workers
+from .cpu import cpu_flags
 from .pool import Pool, data_pointer
-from .toolchain import cpu_flags
-from .types import DTYPES, Dim, Signature, TensorType
 
 
 class LoadError(ValueError):

@@ -44,10 +44,10 @@ from typing import Callable
 from mlir import ir
 from mlir.dialects import arith, func, linalg, math, tensor
 
-from . import ast
+from ..frontend import ast
 from .irbuild import (DYN, affine_map, broadcast_matmul_maps, element_type, extend, generic, index, mac, mixed,
                       slice_args, tensor_type)
-from .types import Dim, TensorType, nearest
+from ..frontend.types import Dim, TensorType, nearest
 
 WIDE = {"F16": "F32", "BF16": "F32"}  # the dtypes whose sums (matmul, softmax) run in F32
 

@@ -36,10 +36,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, ast, check as _check, syntax, toolchain, translate
-from .diagnostics import InternalError, ToolError
-from .parallel import independent_axes
-from .passes import PASSES, Pass
+from .. import __version__
+from ..frontend import ast, check as _check, syntax
+from ..frontend.axes import independent_axes
+from ..frontend.diagnostics import InternalError, ToolError
+from ..ir.passes import PASSES, Pass
+from . import toolchain, translate
 
 def _default_opt_level() -> int:
     text = os.environ.get("KINA_OPT_LEVEL", "3")
@@ -111,7 +113,7 @@ def _stage_typed(b: Build) -> None:
 
 def _stage_mlir(b: Build) -> None:
     from mlir import ir
-    from . import lower
+    from ..ir import lower
     b.module = lower.lower(b.program)
     try:
         b.module.operation.verify()
@@ -150,7 +152,7 @@ def replay_passes(start: Callable[[], Any], passes: list[Pass]) -> Callable[[], 
 def _pass_stage(p: Pass) -> Callable[[Build], None]:
     def stage(b: Build) -> None:
         if b.options.opt_level > 0 or not p.optimisation:
-            from . import lower
+            from ..ir import lower
             ran = [q for q in PASSES[:PASSES.index(p)] if b.options.opt_level > 0 or not q.optimisation]
             apply_pass(b.module, p, b.options.print_ir_after_all, b.filename,
                        replay_passes(lambda: lower.lower(b.program), ran))
@@ -221,7 +223,7 @@ def _render(b: Build, stage: str) -> str | bytes:
     if stage in ("ast", "typed"):
         return ast.dump(b.program)
     if stage in PASS_NAMES or stage == "mlir":
-        from .irbuild import print_ir
+        from ..ir.irbuild import print_ir
         return print_ir(b.module, b.options.locations)
     if stage == "llvm":
         return b.llvm_ir.decode()
@@ -311,8 +313,8 @@ def cache_dir() -> Path:
 def compiler_digest() -> str:
     """A hash of kinac's own code, so that editing the compiler never serves a stale build."""
     h = hashlib.sha256()
-    root = Path(__file__).parent
-    for path in sorted(root.rglob("*.py")) + [root / "grammar.lark"]:
+    root = Path(__file__).resolve().parent.parent  # the kina package
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark")]):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
@@ -368,7 +370,7 @@ def compile_source(text: str | bytes, filename: str = "<string>", options: Optio
     fixes symbolic dims (`{"S": 128}`, a static specialisation); both are checked by
     the checker, and the compile cache keys on them."""
     options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
-    from .runtime import LoadError, load
+    from ..runtime import LoadError, load
     options = specialized(options, dtypes, dims)
     so = build_so(text, filename, options)
     try:

@@ -51,7 +51,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from . import runtime
+from .. import runtime
+from .common import KERNELS, KINA_DTYPES, Decoder, causal_mask, count, kina_dtype
 
 _LAYER_WEIGHTS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")  # kernel order
 
@@ -200,7 +201,7 @@ class StoryCache:
         return f"StoryCache({self.model.n_layers} layers, max_seq_len={self.model.max_seq_len}) with {self._n} filled"
 
 
-class StoryLM:
+class StoryLM(Decoder):
     """StoryLM-0 with seeded (or loaded) weights; every layer is compiled Kina.
 
         model = StoryLM(vocab_size=256, d_model=64, n_heads=4, n_layers=2, ffn_dim=176, max_seq_len=512)
@@ -220,9 +221,9 @@ class StoryLM:
         counts = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_dim=ffn_dim,
                       max_seq_len=max_seq_len)
         for name, value in counts.items():
-            setattr(self, name, _count(name, value, 1))
-        self.seed = _count("seed", seed, 0)
-        self.dtype = _kina_dtype(dtype)
+            setattr(self, name, count(name, value, 1))
+        self.seed = count("seed", seed, 0)
+        self.dtype = kina_dtype(dtype)
         self.eps = _positive("eps", eps)
         self.rope_theta = _positive("rope_theta", rope_theta)
         if self.d_model % self.n_heads:
@@ -265,7 +266,7 @@ class StoryLM:
         self._kernels = self._compile()
 
     def _compile(self):
-        return _program(_KINA_DTYPES[self.dtype], self.d_model, self.n_heads, self.ffn_dim, self.vocab_size)
+        return _program(KINA_DTYPES[self.dtype], self.d_model, self.n_heads, self.ffn_dim, self.vocab_size)
 
     def _layer(self, i: int, x, cos, sin, k_past, v_past, mask, outs) -> None:
         """Layer i on x [1, P, D] at rotary rows cos, sin [1, P, 1, 1, R], after the caches
@@ -379,23 +380,11 @@ class StoryLM:
             raise ValueError(f"tokens: {len(tokens)} tokens exceed max_seq_len = {self.max_seq_len}")
         return self._forward(tokens, None)
 
-    # -- generation: the loop and checks of TinyDecoder, which has the same interface ----
-    def _tokens(self, name: str, tokens) -> list[int]:
-        return TinyDecoder._tokens(self, name, tokens)
-
     def _some_tokens(self, tokens) -> list[int]:
         tokens = self._tokens("tokens", tokens)
         if not tokens:
             raise ValueError("tokens: expected at least one token")
         return tokens
-
-    def trace(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True, on_step=None) -> Generation:
-        """Greedy generation, keeping each step's logits [n_new, V] and time; see TinyDecoder.trace."""
-        return TinyDecoder.trace(self, prompt_tokens, n_new, use_cache, on_step)
-
-    def generate(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True) -> list[int]:
-        """The n_new greedy (argmax) token ids that follow `prompt_tokens`."""
-        return TinyDecoder.generate(self, prompt_tokens, n_new, use_cache)
 
 
 class NumPyStoryLM(StoryLM):
@@ -448,9 +437,3 @@ def _program(dtype: str, d_model: int, n_heads: int, ffn_dim: int, vocab_size: i
     head_dim = d_model // n_heads
     dims = dict(B=1, D=d_model, H=n_heads, Dh=head_dim, R=head_dim // 2, F=ffn_dim, V=vocab_size)
     return kina.compile_file(KERNELS / "storylm.kina", dtypes={"T": dtype}, dims=dims)
-
-
-# kina.decode re-exports this module's classes from its last line, so its names are
-# imported here, last: either module may then be imported first. (The functions above
-# read them at call time.)
-from .decode import KERNELS, Generation, TinyDecoder, _KINA_DTYPES, _count, _kina_dtype, causal_mask  # noqa: E402

@@ -1,0 +1,1 @@
+"""Support for editors and terminals: `pygments_lexer.KinaLexer` highlights `.kina` files."""

@@ -1,0 +1,11 @@
+"""The front end: Kina source to a checked, typed AST.
+
+    grammar.lark  the language reference       syntax.py  source -> ast.Program
+    ast.py        frozen nodes, each with loc  check.py   types and shapes, specialisation
+    types.py      dtypes, dims, signatures     axes.py    which leading axes are independent
+    diagnostics.py  the one error type and its renderer
+
+Guarantees: nothing in this package imports `mlir`, so a program can be parsed and
+checked without the toolchain (a test blocks `mlir` and imports every module here).
+Importing the package itself loads nothing.
+"""

@@ -1,0 +1,137 @@
+"""What the decoder models share: dtypes, argument checks, compiled kernels, generation.
+
+In:  NumPy dtypes and sizes as users give them; the name of a kernel in `kernels/`.
+Out: `kina_dtype`, `count` (checked arguments); `kernel_program` (a kernel compiled
+     once per dtype); `causal_mask`; `Generation`; and `Decoder`, the greedy loop over
+     any model with `prefill`, `step`, `recompute` and `new_cache`.
+
+Guarantees: a bad argument is a TypeError or ValueError naming the parameter. This
+module is imported by every model and imports none of them, so the models form no
+cycle. Nothing here imports `mlir` or `lark` until a kernel is first compiled.
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .. import runtime
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+KINA_DTYPES = {runtime.numpy_dtype(d): d for d in ("F16", "BF16", "F32", "F64")}  # BF16: ml_dtypes.bfloat16
+
+
+def kernel_program(name: str, dtype: np.dtype):
+    """kernels/<name>.kina (generic in its element type T) compiled for `dtype`."""
+    from ..driver.pipeline import Options
+    return _compiled(name, KINA_DTYPES[dtype], Options())
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(name: str, dtype: str, options):
+    import kina
+    return kina.compile_file(KERNELS / f"{name}.kina", options, dtypes={"T": dtype})
+
+
+def kina_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype: expected a NumPy floating dtype, got {dtype!r}") from None
+    if dt not in KINA_DTYPES:
+        raise TypeError(f"dtype: expected float16, bfloat16 (ml_dtypes), float32 or float64, got {dt}")
+    return dt
+
+
+def count(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
+    return int(value)
+
+
+def shape_str(dims) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def causal_mask(n_past: int, n_new: int, dtype=np.float32) -> np.ndarray:
+    """The additive mask [1, 1, n_new, n_past + n_new]: query i sees keys 0 .. n_past + i."""
+    n_past, n_new = count("n_past", n_past, 0), count("n_new", n_new, 1)
+    cols = np.arange(n_past + n_new)
+    rows = np.arange(n_new)[:, None] + n_past
+    return np.where(cols <= rows, 0.0, -np.inf).astype(kina_dtype(dtype))[None, None]
+
+
+
+@dataclass
+class Generation:
+    """What `TinyDecoder.trace` returns: the tokens, the logits that chose them, the time of each step."""
+
+    tokens: list[int]
+    logits: np.ndarray  # [n_new, vocab_size]
+    step_seconds: list[float] = field(default_factory=list)
+
+
+class Decoder:
+    """Greedy generation over a model's `prefill`, `step` and `recompute`.
+
+    A subclass has `vocab_size`, `max_seq_len` and `dtype`, and defines
+    `new_cache()`, `prefill(tokens, cache)`, `step(token, cache)` (each returning the
+    logits after its last token) and `recompute(tokens)`.
+    """
+
+    def _tokens(self, name: str, tokens) -> list[int]:
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+            raise TypeError(f"{name}: expected a sequence of token ids, got {type(tokens).__name__}")
+        out = []
+        for i, t in enumerate(tokens):
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                raise TypeError(f"{name}[{i}]: expected an int token id, got {type(t).__name__}")
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(f"{name}[{i}]: token id {t} is out of range: expected 0 <= id < vocab_size "
+                                 f"= {self.vocab_size}")
+            out.append(int(t))
+        return out
+
+    # -- generation -----------------------------------------------------------
+    def trace(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True,
+              on_step: Callable[[int, int, float], None] | None = None) -> Generation:
+        """Greedy generation, keeping each step's logits and time; `on_step(i, token, seconds)` after each."""
+        prompt = self._tokens("prompt_tokens", prompt_tokens)
+        n_new = count("n_new", n_new, 0)
+        if not prompt:
+            raise ValueError("prompt_tokens: expected at least one token to continue from")
+        needed = len(prompt) + n_new - 1  # the last generated token is never fed back
+        if n_new and needed > self.max_seq_len:
+            raise ValueError(f"n_new: {len(prompt)} prompt tokens + {n_new} new need {needed} positions, "
+                             f"more than max_seq_len = {self.max_seq_len}")
+        tokens, rows, seconds = list(prompt), [], []
+        caches = self.new_cache() if use_cache else None
+        for i in range(n_new):
+            t0 = time.perf_counter()
+            if not use_cache:
+                logits = self.recompute(tokens)
+            elif i == 0:
+                logits = self.prefill(prompt, caches)
+            else:
+                logits = self.step(tokens[-1], caches)
+            token = int(np.argmax(logits))
+            seconds.append(time.perf_counter() - t0)
+            tokens.append(token)
+            rows.append(logits)
+            if on_step is not None:
+                on_step(i, token, seconds[-1])
+        logits = np.stack(rows) if rows else np.zeros((0, self.vocab_size), self.dtype)
+        return Generation(tokens[len(prompt):], logits, seconds)
+
+    def generate(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True) -> list[int]:
+        """The n_new greedy (argmax) token ids that follow `prompt_tokens`."""
+        return self.trace(prompt_tokens, n_new, use_cache).tokens
+
+

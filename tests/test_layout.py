@@ -1,0 +1,138 @@
+"""The package walls and the import graph.
+
+The front end (`kina.frontend`) never imports `mlir`, and the runtime (`kina.runtime`)
+imports neither `mlir` nor `lark`: each is imported here, module by module, in a fresh
+interpreter in which those packages cannot be found. And no module of `kina` takes
+part in an import cycle (module-level imports, the ones that run at import time).
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = SRC / "kina"
+
+
+def modules(package: str) -> list[str]:
+    """Every module of `package` (a dotted name under src/), the package itself first."""
+    root = SRC.joinpath(*package.split("."))
+    names = []
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.append(".".join(parts))
+    return sorted(names, key=lambda n: (n != package, n))
+
+
+BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"{name} is blocked by test_layout", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+for m in MODULES:
+    __import__(m)
+print("imported", len(MODULES))
+"""
+
+
+def import_blocked(names: list[str], blocked: tuple[str, ...]) -> subprocess.CompletedProcess:
+    code = f"BLOCKED = {blocked!r}\nMODULES = {names!r}\n" + BLOCKER
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("package,blocked", [
+    ("kina.frontend", ("mlir",)),
+    ("kina.runtime", ("mlir", "lark")),
+])
+def test_package_wall(package, blocked):
+    names = modules(package)
+    assert len(names) > 3, names
+    proc = import_blocked(names, blocked)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"imported {len(names)}"
+
+
+def test_the_blocker_blocks():
+    """The wall test can fail: a module that does import mlir is caught."""
+    proc = import_blocked(["kina.ir.lower"], ("mlir",))
+    assert proc.returncode != 0 and "blocked by test_layout" in proc.stderr
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the kina modules it imports at module level (not inside functions)."""
+    known = set(modules("kina"))
+    graph: dict[str, set[str]] = {}
+    for name in known:
+        path = SRC.joinpath(*name.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text())
+        edges: set[str] = set()
+        for node in tree.body:  # module level only; `if`/`try` blocks at module level too
+            for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+                if isinstance(sub, ast.Import):
+                    edges.update(a.name for a in sub.names if a.name in known)
+                elif isinstance(sub, ast.ImportFrom):
+                    if sub.level:
+                        base = name.split(".") if is_package else name.split(".")[:-1]
+                        base = base[:len(base) - (sub.level - 1)]
+                        target = ".".join(base + ([sub.module] if sub.module else []))
+                    else:
+                        target = sub.module or ""
+                    for a in sub.names:
+                        child = f"{target}.{a.name}"
+                        edges.add(child if child in known else target)
+        graph[name] = {e for e in edges if e in known and e != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return found
+
+
+def test_no_import_cycle_inside_kina():
+    graph = import_graph()
+    assert "kina.frontend.check" in graph and "kina.frontend.ast" in graph["kina.frontend.check"]
+    assert cycles(graph) == []
+
+
+def test_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_readme_map_matches_the_tree():
+    """Every package and module the README's map names exists, and every package is in it."""
+    readme = (PACKAGE.parent.parent / "README.md").read_text()
+    start = readme.index("## Where things are")
+    section = readme[start:readme.index("\n## ", start + 1)]
+    for pkg in sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        assert f"{pkg.name}/" in section, f"README's map lacks {pkg.name}/"
+    import re
+    for path in re.findall(r"`(kina/[A-Za-z_/]+(?:\.py|\.lark|/))`", section):
+        assert (SRC / path).exists(), f"README's map names {path}, which does not exist"
