@@ -1,0 +1,236 @@
+"""Every file Kina reads goes through here: checked before it is trusted.
+
+In:  a path and what it is for (`what`, e.g. "--input k_past" or "the weights"), so an
+     error can say both.
+Out: the file's bytes, text, JSON value, or arrays (`.npy`, `.npz`, `.safetensors`).
+
+Guarantees: a file that is missing, a directory, empty, truncated, garbage or larger
+than its reader allows raises one `FileError` (a ValueError) whose message names the
+file and `what`, never another library's exception. Sizes that a header declares
+(`.npy`, `.npz` members, `.safetensors`) are checked against the file's real size
+before anything is allocated, so a header that claims 37 GiB costs nothing. Arrays are
+read with NumPy alone (`.safetensors` too: no torch, no safetensors package), with
+BF16 as `ml_dtypes.bfloat16`. Pickled (object) arrays are refused. A leaf: imports
+nothing from kina.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import zipfile
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+MAX_TEXT_BYTES = 64 << 20  # a .kina, .mlir or .json file larger than this is not one a person wrote
+MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit
+
+
+class FileError(ValueError):
+    """A file that cannot be used; the message names the file and what it was for."""
+
+    def __init__(self, path, what: str, problem: str):
+        self.path, self.what, self.problem = str(path), what, problem
+        super().__init__(f"{what}: {path}: {problem}" if what else f"{path}: {problem}")
+
+
+def _stat(path, what: str) -> os.stat_result:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileError(path, what, "no such file") from None
+    except OSError as e:
+        raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None
+    if Path(path).is_dir():
+        raise FileError(path, what, "is a directory, not a file")
+    return st
+
+
+def read_bytes(path, what: str = "", limit: int | None = MAX_TEXT_BYTES) -> bytes:
+    """The whole file; refused when larger than `limit` bytes (None: no limit)."""
+    size = _stat(path, what).st_size
+    if limit is not None and size > limit:
+        raise FileError(path, what, f"is {size} bytes, more than the {limit >> 20} MiB this reader takes")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None
+
+
+def read_text(path, what: str = "", limit: int | None = MAX_TEXT_BYTES) -> str:
+    """The file as UTF-8 text; a binary file is refused with the offset of its first bad byte."""
+    data = read_bytes(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FileError(path, what, f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+
+
+def read_json(path, what: str = "", expect: type = dict):
+    """The file's JSON value, which must be an `expect` (a JSON object by default)."""
+    text = read_text(path, what)
+    if not text.strip():
+        raise FileError(path, what, "is empty: expected a JSON object")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FileError(path, what, f"is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise FileError(path, what, "is not valid JSON: nested too deeply") from None
+    if not isinstance(value, expect):
+        want = {dict: "a JSON object", list: "a JSON array"}.get(expect, expect.__name__)
+        raise FileError(path, what, f"holds {type(value).__name__}, expected {want}")
+    return value
+
+
+# -- arrays -------------------------------------------------------------------------------
+
+def _npy_header(f, path, what: str, size: int) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran_order, dtype, data bytes) from an .npy header, checked against `size`."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
+    except Exception as e:  # NumPy parses the header as Python literals: any failure means a bad header
+        problem = str(e) or type(e).__name__
+        raise FileError(path, what, f"is not a .npy array file ({problem.splitlines()[0]})") from None
+    if dtype.hasobject:
+        raise FileError(path, what, "holds Python objects (a pickled array), which Kina does not load")
+    if any(not isinstance(n, int) or n < 0 for n in shape):
+        raise FileError(path, what, f"declares a bad shape {shape}")
+    nbytes, left = math.prod(shape) * dtype.itemsize, size - f.tell()
+    if nbytes > left:
+        raise FileError(path, what, f"is truncated: its header declares {list(shape)} {dtype} "
+                                    f"({nbytes} bytes of data) but only {left} bytes follow the header")
+    return shape, fortran, dtype, nbytes
+
+
+def _read_data(f, path, what: str, shape, fortran: bool, dtype: np.dtype, nbytes: int) -> np.ndarray:
+    try:
+        data = f.read(nbytes)
+    except (OSError, zipfile.BadZipFile, EOFError) as e:  # a damaged archive member
+        raise FileError(path, what, f"cannot be read: {e}") from None
+    if len(data) != nbytes:
+        raise FileError(path, what, f"is truncated: expected {nbytes} bytes of data, found {len(data)}")
+    a = np.frombuffer(data, dtype=dtype).copy()
+    return a.reshape(shape[::-1]).transpose() if fortran else a.reshape(shape)
+
+
+def read_npy(path, what: str = "") -> np.ndarray:
+    """An array saved by `np.save`; NumPy's raw 2-byte (`V2`) values are left as they are."""
+    size = _stat(path, what).st_size
+    if size == 0:
+        raise FileError(path, what, "is empty: expected a .npy array file")
+    try:
+        with open(path, "rb") as f:
+            shape, fortran, dtype, nbytes = _npy_header(f, path, what, size)
+            return _read_data(f, path, what, shape, fortran, dtype, nbytes)
+    except OSError as e:
+        raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None
+
+
+def read_npz(path, what: str = "") -> dict[str, np.ndarray]:
+    """The arrays of an archive written by `np.savez`, by name (each member's `.npy` dropped)."""
+    if _stat(path, what).st_size == 0:
+        raise FileError(path, what, "is empty: expected an .npz archive")
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise FileError(path, what, f"is not an .npz archive ({e})") from None
+    out = {}
+    with archive:
+        for info in archive.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            member = f"{path}[{info.filename}]"
+            try:
+                with archive.open(info) as f:
+                    shape, fortran, dtype, nbytes = _npy_header(f, member, what, info.file_size)
+                    out[name] = _read_data(f, member, what, shape, fortran, dtype, nbytes)
+            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as e:
+                raise FileError(member, what, f"cannot be read: {e}") from None
+    return out
+
+
+# The safetensors dtypes NumPy can hold (BF16 through ml_dtypes).
+SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+                      "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+                      "BOOL": np.bool_}
+
+
+def safetensors_header(path, what: str = "") -> tuple[dict[str, dict], int]:
+    """(tensor name -> {dtype, shape, data_offsets}, where the data starts), every entry
+    checked: a known dtype, offsets inside the file and matching the shape."""
+    size = _stat(path, what).st_size
+    if size < 8:
+        raise FileError(path, what, f"is {size} bytes: too short for a .safetensors file (an 8-byte header length first)")
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > min(size - 8, MAX_SAFETENSORS_HEADER):
+                raise FileError(path, what, f"is not a .safetensors file, or is truncated: its header claims "
+                                            f"{n} bytes and the file has {size - 8} after the length")
+            raw = f.read(n)
+    except OSError as e:
+        raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise FileError(path, what, f"is not a .safetensors file: its header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise FileError(path, what, "is not a .safetensors file: its header is not a JSON object")
+    start, data = 8 + n, size - 8 - n
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not (isinstance(entry, dict) and isinstance(entry.get("shape"), list)
+                and isinstance(entry.get("data_offsets"), list) and len(entry["data_offsets"]) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                        for x in [*entry["shape"], *entry["data_offsets"]])):
+            raise FileError(path, what, f"tensor {name!r}: a malformed header entry {entry!r}")
+        if entry.get("dtype") not in SAFETENSORS_DTYPES:
+            raise FileError(path, what, f"tensor {name!r}: dtype {entry.get('dtype')!r} is not one Kina reads "
+                                        f"({', '.join(SAFETENSORS_DTYPES)})")
+        begin, end = entry["data_offsets"]
+        nbytes = math.prod(entry["shape"]) * np.dtype(SAFETENSORS_DTYPES[entry["dtype"]]).itemsize
+        if end < begin or end - begin != nbytes:
+            raise FileError(path, what, f"tensor {name!r}: offsets {begin}..{end} do not hold "
+                                        f"{entry['shape']} {entry['dtype']} ({nbytes} bytes)")
+        if end > data:
+            raise FileError(path, what, f"is truncated: tensor {name!r} ends at byte {end} of the data, "
+                                        f"which has only {data} bytes")
+        tensors[name] = entry
+    return tensors, start
+
+
+def read_safetensors(path, what: str = "", names=None) -> dict[str, np.ndarray]:
+    """The tensors of a `.safetensors` file (only `names`, if given), read with NumPy."""
+    tensors, start = safetensors_header(path, what)
+    if names is not None:
+        missing = sorted(set(names) - tensors.keys())
+        if missing:
+            raise FileError(path, what, f"has no tensor {', '.join(map(repr, missing))}")
+        tensors = {k: tensors[k] for k in names}
+    out = {}
+    try:
+        with open(path, "rb") as f:
+            for name, entry in tensors.items():
+                begin, end = entry["data_offsets"]
+                f.seek(start + begin)
+                data = f.read(end - begin)
+                if len(data) != end - begin:
+                    raise FileError(path, what, f"is truncated inside tensor {name!r}")
+                dtype = np.dtype(SAFETENSORS_DTYPES[entry["dtype"]])
+                out[name] = np.frombuffer(data, dtype=dtype).copy().reshape(entry["shape"])
+    except OSError as e:
+        raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None
+    return out
