@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 fuzz: $(STAMP)
-	KINA_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/test_fuzz.py -q
+	KINA_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/test_fuzz.py tests/test_fuzz_surfaces.py tests/test_files.py -q
 
 # Benchmarks want NumPy's own BLAS kernel: unset the OpenBLAS overrides for this command only.
 bench: $(STAMP)

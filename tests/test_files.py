@@ -7,6 +7,7 @@ holds. Good files read back exactly (against NumPy and the safetensors package).
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import ml_dtypes
@@ -17,7 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from kina.files import (FileError, read_bytes, read_json, read_npy, read_npz, read_safetensors, read_text,
                         safetensors_header)
 
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+SCALE = int(os.environ.get("KINA_FUZZ_EXAMPLES", "0"))  # make fuzz: 5000
+FUZZ = settings(max_examples=SCALE or 150, deadline=None, derandomize=not SCALE,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
