@@ -19,6 +19,7 @@ import json
 import math
 import os
 import struct
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -93,18 +94,22 @@ def _npy_header(f, path, what: str, size: int) -> tuple[tuple[int, ...], bool, n
     """(shape, fortran_order, dtype, data bytes) from an .npy header, checked against `size`."""
     fmt = np.lib.format
     try:
-        version = fmt.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
+        with warnings.catch_warnings():  # NumPy warns about old or odd headers; a bad one is refused below
+            warnings.simplefilter("ignore")
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
     except Exception as e:  # NumPy parses the header as Python literals: any failure means a bad header
         problem = str(e) or type(e).__name__
         raise FileError(path, what, f"is not a .npy array file ({problem.splitlines()[0]})") from None
     if dtype.hasobject:
         raise FileError(path, what, "holds Python objects (a pickled array), which Kina does not load")
+    if dtype.itemsize == 0:
+        raise FileError(path, what, f"holds elements of dtype {dtype}, which have no size")
     if any(not isinstance(n, int) or n < 0 for n in shape):
         raise FileError(path, what, f"declares a bad shape {shape}")
     nbytes, left = math.prod(shape) * dtype.itemsize, size - f.tell()
@@ -144,7 +149,7 @@ def read_npz(path, what: str = "") -> dict[str, np.ndarray]:
         raise FileError(path, what, "is empty: expected an .npz archive")
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+    except Exception as e:  # zipfile parses untrusted bytes: BadZipFile, NotImplementedError, ValueError, ...
         raise FileError(path, what, f"is not an .npz archive ({e})") from None
     out = {}
     with archive:
@@ -155,7 +160,9 @@ def read_npz(path, what: str = "") -> dict[str, np.ndarray]:
                 with archive.open(info) as f:
                     shape, fortran, dtype, nbytes = _npy_header(f, member, what, info.file_size)
                     out[name] = _read_data(f, member, what, shape, fortran, dtype, nbytes)
-            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as e:
+            except FileError:
+                raise
+            except Exception as e:  # a damaged member: a bad CRC, compression or local header
                 raise FileError(member, what, f"cannot be read: {e}") from None
     return out
 
