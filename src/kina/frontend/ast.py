@@ -92,6 +92,11 @@ class Div(Binary):
 
 
 @dataclass(frozen=True)
+class Maximum(Binary):
+    """`maximum(lhs, rhs)`"""
+
+
+@dataclass(frozen=True)
 class Broadcast(Expr):
     operand: Expr
 

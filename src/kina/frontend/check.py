@@ -29,8 +29,8 @@ and an op that needs a floating dtype says so in its entry (`floating`):
                        broadcast as np.matmul's (aligned from the right, equal or 1 or missing)
                        -> [*batch, x[-2], y[-1]]
   x + y, x - y,        equal shapes, dtype, placement; broadcast(x) may stretch dims of size 1;
-  x * y, x / y         a number takes the other operand's dtype and shape (and must be a value
-                       of that dtype); `/` needs a floating dtype
+  x * y, x / y,        a number takes the other operand's dtype and shape (and must be a value
+  maximum(x, y)        of that dtype); `/` needs a floating dtype
   broadcast(x)         only as an operand of + - * /, beside a tensor
   -x                   any dtype; exp, sqrt, rsqrt, sigmoid need a floating one
   softmax(x, axis=a)   floating; 0 <= a < rank

@@ -93,6 +93,8 @@ OPS = (
     Op("rsqrt", ast.Rsqrt, "unary", floating=True, wide=True, mlir=("math.rsqrt(x)", ""), numpy="1 / np.sqrt(x)"),
     Op("sigmoid", ast.Sigmoid, "unary", floating=True, wide=True,
        mlir=("arith.divf(1.0, arith.addf(1.0, math.exp(arith.negf(x))))", ""), numpy="1 / (1 + np.exp(-x))"),
+    Op("maximum", ast.Maximum, "elementwise", mlir=("arith.maximumf(x, y)", "arith.maxsi(x, y)"),
+       numpy="np.maximum(x, y)"),  # NaN propagates in both; -0.0 and +0.0 compare equal (compiled: +0.0)
     Op("sum", ast.Sum, "reduce", wide=True, mlir=("arith.addf(x, acc)", "arith.addi(x, acc)"),
        numpy="np.sum(x, axis=axis, keepdims=True, dtype=x.dtype)"),  # integers wrap, as compiled
     Op("max", ast.Max, "reduce", start=float("-inf"), mlir=("arith.maximumf(x, acc)", "arith.maxsi(x, acc)"),
