@@ -11,10 +11,9 @@ Nesting deeper than `MAX_DEPTH` is refused up front, so recursion stays bounded.
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
-
-from dataclasses import fields
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
