@@ -214,7 +214,7 @@ def test_number_errors(expr, dtype, col, fragment):
 @pytest.mark.parametrize("expr", ["2", "-2", "exp(2)", "concat[axis=0] a 2", "a @ 2", "sum(1, axis=0)",
                                   "transpose[perm=[0]] 2"])
 def test_a_number_is_only_an_operand_of_an_elementwise_op(expr):
-    with pytest.raises(KinaError, match="a number may only appear as an operand of '\\+', '-', '\\*' or '/' "
+    with pytest.raises(KinaError, match="a number may only appear as an operand of '\\+', '-', '\\*', '/' or maximum "
                                         "\\(it takes the other operand's dtype and shape\\)"):
         typeof(expr, a=T("2"))
 

@@ -1,7 +1,7 @@
 """Property-based tests (hypothesis): random programs and random damage to them.
 
 1. Random well-typed programs over every operation (concat, transpose, reshape,
-   slice, @ with broadcast batch dims, + - * / with broadcast and numbers, unary
+   slice, @ with broadcast batch dims, + - * / and maximum with broadcast and numbers, unary
    minus, exp, sqrt, rsqrt, sigmoid, sum, max, mean and softmax), with random shapes
    (static, 0, and symbolic dims such as S, T, S+1) and dtypes (F32, F64; I32 and
    I64 where the op allows integers), pass the checker with the types the generator
@@ -49,7 +49,7 @@ FLOATS, INTS = ("F32", "F64"), ("I32", "I64")
 SYMBOLS = ("S", "T")
 SUM, PRODUCT, UNARY, ATOM = 0, 1, 2, 3  # precedence of a generated expression, to parenthesise only when needed
 NUMBERS = {"F": ["2", "0.5", "1e-3", "3.25", "-1.5"], "I": ["2", "3", "-1", "0"]}  # literals, by dtype kind
-EXACT = {"concat", "transpose", "reshape", "slice", "neg"}  # operations that only move or negate data
+EXACT = {"concat", "transpose", "reshape", "slice", "neg", "maximum"}  # operations that only move, negate or pick data
 
 
 # -- a generator of well-typed programs -----------------------------------------------------
@@ -88,7 +88,7 @@ class ProgramGen:
     def expr(self, dims: tuple[Dim, ...], depth: int) -> tuple[str, int]:
         ops = ["leaf"]
         if depth > 0:
-            ops += ["mul", "add", "sub", "broadcast", "number", "neg", "reshape"] + ["transpose"] * (len(dims) >= 1)
+            ops += ["mul", "add", "sub", "maximum", "broadcast", "number", "neg", "reshape"] + ["transpose"] * (len(dims) >= 1)
             if any(d.is_static or (d.const > 0 and d.terms) for d in dims):
                 ops.append("concat")
             if any(d.is_static for d in dims):
@@ -153,6 +153,20 @@ class ProgramGen:
 
     def sub(self, dims, depth):
         return f"{self.operand(dims, depth, SUM)} - {self.operand(dims, depth, PRODUCT)}", SUM
+
+    def maximum(self, dims, depth):
+        """Of two tensors, or of a tensor and a number or a broadcast one, either way round."""
+        other = self.draw(st.sampled_from(["tensor", "number", "broadcast"]))
+        if other == "number":
+            y = self.draw(st.sampled_from(NUMBERS["F" if self.dtype in FLOATS else "I"]))
+        elif other == "broadcast":
+            y = f"broadcast({self.expr(tuple(Dim(1) if self.draw(st.booleans()) else d for d in dims), depth)[0]})"
+        else:
+            y = self.expr(dims, depth)[0]
+        x = self.expr(dims, depth)[0]
+        if self.draw(st.booleans()):
+            x, y = y, x
+        return f"maximum({x}, {y})", ATOM
 
     def div(self, dims, depth):
         """x / d with d a number or exp(y): never 0, so both sides agree on every element."""
@@ -312,7 +326,7 @@ def test_the_generator_covers_every_operation():
                 "softmax": "softmax(", "let": "  let ", "compound dim": "S+1", "zero dim": "[0,", "I32": "<I32",
                 "F64": "<F64", "parentheses": "= (", "sub": " - ", "div": " / ", "float number": "0.5",
                 "negative number": "-1", "neg": "-p", "transpose": "transpose[", "reshape": "reshape[",
-                "slice": "slice["}
+                "slice": "slice[", "maximum": "maximum("}
     ops = {"broadcast matmul", "exp", "sigmoid", "sqrt", "rsqrt", "sum", "max", "mean"}
     seen = set()
 
@@ -332,7 +346,7 @@ VOCAB = ["let", "fn", "tensor", "concat", "softmax", "broadcast", "axis", "F32",
          "device", "@", "(", ")", "[", "]", "{", "}", "<", ">", ",", ";", "=", "+", "*", "->", ":", "0", "1",
          "99999999999999999999", "S", "S+1", "x", "p0", "//", "\n", " ", "((((", "-", "/", "0.5", "1e-6", "1e999",
          "transpose", "reshape", "slice", "perm", "dims", "start", "size", "[0, 1]", "exp", "sqrt", "rsqrt",
-         "sigmoid", "sum", "max", "mean"]
+         "sigmoid", "maximum", "sum", "max", "mean"]
 
 
 @st.composite

@@ -4,7 +4,7 @@ Each line is a whole function, `f(x, y, ...) -> (result)`, written by `fn` from 
 expression, its result dims and its parameters' dims, then run through
 `conftest.check_against_numpy` on seeded random inputs. `exact=E` asks for bit-equality
 with the interpreter: data movement (transpose, reshape, slice), single IEEE operations
-(+ - * /, negation, sqrt, rsqrt, max) and F16/BF16 matmuls are exact; exp, sigmoid and
+(+ - * /, maximum, negation, sqrt, rsqrt, max) and F16/BF16 matmuls are exact; exp, sigmoid and
 F32 sums are compared within the helper's tolerance (libm vs Cephes, and NumPy's
 pairwise sums vs the compiled order). Static and symbolic dims are both covered, and a
 few properties follow: static and symbolic programs give the same bits, a broadcast
@@ -122,6 +122,37 @@ def test_a_number_is_rounded_once_to_the_dtype():
     source = fn("x * 1.0039062509313226", "1", "BF16", x="1")
     (got,) = check_against_numpy(source, "f", np.ones(1, ml_dtypes.bfloat16), exact=E)
     assert got[0] == ml_dtypes.bfloat16(1.0078125)
+
+
+# -- maximum: the shapes, broadcast and numbers of + - * /; NaN propagates -----------------------
+
+@pytest.mark.parametrize("source", [
+    fn("maximum(x, y)", "B, 3", x="B, 3", y="B, 3"),
+    fn("maximum(x, y)", "B, S", "F16", x="B, S", y="B, S"),
+    fn("maximum(x, y)", "S", "BF16", x="S", y="S"),
+    fn("maximum(x, y)", "2, 3", "F64", x="2, 3", y="2, 3"),
+    fn("maximum(x, y)", "B, 3", "I32", x="B, 3", y="B, 3"),
+    fn("maximum(x, y)", "4", "I64", x="4", y="4"),
+    fn("maximum(x, 0.0)", "B, S", x="B, S"),                              # ReLU
+    fn("maximum(x, 0)", "B, S", "I32", x="B, S"),
+    fn("maximum(-0.5, x)", "S", "BF16", x="S"),
+    fn("maximum(x, broadcast(y))", "B, S", "F16", x="B, S", y="B, 1"),
+    fn("maximum(x, y) * 2 - maximum(y, x)", "3", x="3", y="3"),
+])
+def test_maximum(source):
+    run(source, exact=E)
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16", "BF16", "I32"])
+def test_maximum_is_numpys_at_nan_infinities_zeros_and_extremes(dtype):
+    # -0.0 and +0.0 compare equal: the compiled code gives +0.0 (IEEE 754 maximum), np.maximum either one
+    if dtype == "I32":
+        x, y = [np.iinfo(np.int32).min, np.iinfo(np.int32).max, -5, 3, 0], [0, 0, 3, -5, 0]
+    else:
+        x, y = [-0.0, 0.0, np.nan, 1, -np.inf, np.nan, 3, -2, np.inf], [0.0, -0.0, 1, np.nan, np.nan, np.nan, -3, 2, 1]
+    x, y = (np.array(v, numpy_dtype(dtype)) for v in (x, y))
+    (got,) = check_against_numpy(fn("maximum(x, y)", "S", dtype, x="S", y="S"), "f", x, y, exact=E)
+    assert_same(got, np.maximum(x, y))
 
 
 # -- unary functions -------------------------------------------------------------------------------

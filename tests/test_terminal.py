@@ -80,7 +80,7 @@ def test_words_and_symbols_come_from_the_grammar():
                   *highlight.OPERATORS, *highlight.PUNCTUATION}
     assert classified == literals
     assert set(highlight.BUILTINS) == {"concat", "softmax", "broadcast", "tensor", "transpose", "reshape", "slice",
-                                       "exp", "sqrt", "rsqrt", "sigmoid", "sum", "max", "mean"}
+                                       "exp", "sqrt", "rsqrt", "sigmoid", "maximum", "sum", "max", "mean"}
 
 
 def test_characters_outside_the_language_are_error_tokens():

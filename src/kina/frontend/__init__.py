@@ -3,6 +3,7 @@
     grammar.lark  the language reference       syntax.py  source -> ast.Program
     ast.py        frozen nodes, each with loc  check.py   types and shapes, specialisation
     types.py      dtypes, dims, signatures     axes.py    which leading axes are independent
+    ops.py        the op table: each operation once, read by every stage (and kina.ir, the interpreter)
     diagnostics.py  the one error type and its renderer
 
 Guarantees: nothing in this package imports `mlir`, so a program can be parsed and

@@ -1,7 +1,8 @@
 """The Kina AST: frozen dataclasses, one per grammar rule, each with a `loc`.
 
 In:  built by `syntax.parse` from grammar.lark.
-Out: a `Program` of `Function`s whose bodies are `Let`s over `Expr` trees.
+Out: a `Program` of `Function`s whose bodies are `Let`s over `Expr` trees. Which
+     operation each `Expr` class is (its family, its messages) is its entry in `ops.OPS`.
 
 Guarantees: nodes are immutable and compare by value (locations included), so a
 test can write an expected tree literally. `type` is None after parsing; after
@@ -88,6 +89,11 @@ class Sub(Binary):
 @dataclass(frozen=True)
 class Div(Binary):
     """`lhs / rhs`"""
+
+
+@dataclass(frozen=True)
+class Maximum(Binary):
+    """`maximum(lhs, rhs)`"""
 
 
 @dataclass(frozen=True)
@@ -181,13 +187,6 @@ class Slice(Expr):
     start: int
     size: int
     operand: Expr
-
-
-ELEMENTWISE = (Mul, Add, Sub, Div)
-OP_NAMES = {Mul: "'*'", Add: "'+'", Sub: "'-'", Div: "'/'", MatMul: "matmul", Concat: "concat",
-            Softmax: "softmax", Broadcast: "broadcast", Neg: "unary '-'", Exp: "exp", Sqrt: "sqrt",
-            Rsqrt: "rsqrt", Sigmoid: "sigmoid", Sum: "sum", Max: "max", Mean: "mean",
-            Transpose: "transpose", Reshape: "reshape", Slice: "slice", Number: "a number"}
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ on the same values, so results are bit-identical for any thread count.
 Guarantees: conservative. Only an axis whose extent is a symbolic dim counts (a
 static one is a constant in the kernel's loops). An operation that mixes indices along an axis (concat
 along it, softmax or a reduction over it, a matmul's row and contraction axes, a
-reshape or transpose that moves it) stops the count there, and an expression kind
-this module does not know stops it at 0. Imports nothing from `mlir` or `lark`.
+reshape or transpose that moves it) stops the count there, and an op whose family
+(`ops.FAMILIES`) has no entry in `KEEPS` stops it at 0. Imports nothing from `mlir` or `lark`.
 """
 from __future__ import annotations
 
-from . import ast
+from . import ast, ops
 from .types import Dim
 
 
@@ -45,20 +45,38 @@ def independent_axes(fn: ast.Function) -> int:
 
 def _keeps(e: ast.Expr, rank: int) -> int:
     """How many leading axes (in the function's right-aligned frame) `e` keeps independent."""
-    if isinstance(e, (ast.Name, ast.Number, ast.Broadcast, ast.Unary, *ast.ELEMENTWISE)):
+    if isinstance(e, (ast.Name, ast.Number)):
         return rank
-    if e.type is None:
-        return 0
-    shift = rank - e.type.rank  # axes of `e` sit at shift + a in the function's frame
-    if isinstance(e, ast.MatMul):
-        return shift + e.type.rank - 2
-    if isinstance(e, (ast.Concat, ast.Softmax, ast.Reduce, ast.Slice)):
-        return shift + e.axis
-    if isinstance(e, ast.Transpose):  # the leading axes it leaves in place
-        return shift + next((a for a, p in enumerate(e.perm) if p != a), len(e.perm))
-    if isinstance(e, ast.Reshape):  # the leading dims it leaves as they are
-        old = e.operand.type.dims
-        if len(old) != len(e.dims):
-            return 0  # the operand's axes sit elsewhere in the frame
-        return shift + next((a for a, (x, y) in enumerate(zip(old, e.type.dims)) if x != y), len(old))
-    return 0
+    op = ops.BY_NODE.get(type(e))
+    keeps = KEEPS.get(op.family) if op else None
+    return keeps(e, rank) if keeps else 0
+
+
+def _shift(e: ast.Expr, rank: int) -> int:
+    """Where `e`'s axis 0 sits in the function's frame."""
+    return rank - e.type.rank
+
+
+def _reshape(e: ast.Reshape, rank: int) -> int:  # the leading dims it leaves as they are
+    old = e.operand.type.dims
+    if len(old) != len(e.dims):
+        return 0  # the operand's axes sit elsewhere in the frame
+    return _shift(e, rank) + next((a for a, (x, y) in enumerate(zip(old, e.type.dims)) if x != y), len(old))
+
+
+def _all(e: ast.Expr, rank: int) -> int:  # elementwise: index i of the result reads index i
+    return rank
+
+
+def _before_axis(e: ast.Expr, rank: int) -> int:  # the axes before the one it mixes
+    return _shift(e, rank) + e.axis
+
+
+# op family (ops.FAMILIES) -> how many leading axes an expression of it keeps independent
+KEEPS = {
+    "elementwise": _all, "unary": _all, "broadcast": _all,
+    "concat": _before_axis, "softmax": _before_axis, "reduce": _before_axis, "slice": _before_axis,
+    "matmul": lambda e, rank: _shift(e, rank) + e.type.rank - 2,  # not its row and contraction axes
+    "transpose": lambda e, rank: _shift(e, rank) + next((a for a, p in enumerate(e.perm) if p != a), len(e.perm)),
+    "reshape": _reshape,
+}

@@ -22,14 +22,15 @@ value, and its `TypeAnn`s and `sig` hold the concrete types. A bad argument (a
 name the program does not declare, a value that is no dtype or no size) is a
 `ValueError`, raised before any checking.
 
-Rules (see grammar.lark for the syntax); each is one `@rule` method below:
+Rules (see grammar.lark for the syntax); each family of `ops.OPS` is one `@rule` method below,
+and an op that needs a floating dtype says so in its entry (`floating`):
   concat[axis=a] x y   same rank, dtype, placement; 0 <= a < rank; other dims equal; dim a adds
   x @ y                rank >= 2, same dtype (floating) and placement; x[-1] == y[-2]; the batch dims
                        broadcast as np.matmul's (aligned from the right, equal or 1 or missing)
                        -> [*batch, x[-2], y[-1]]
   x + y, x - y,        equal shapes, dtype, placement; broadcast(x) may stretch dims of size 1;
-  x * y, x / y         a number takes the other operand's dtype and shape (and must be a value
-                       of that dtype); `/` needs a floating dtype
+  x * y, x / y,        a number takes the other operand's dtype and shape (and must be a value
+  maximum(x, y)        of that dtype); `/` needs a floating dtype
   broadcast(x)         only as an operand of + - * /, beside a tensor
   -x                   any dtype; exp, sqrt, rsqrt, sigmoid need a floating one
   softmax(x, axis=a)   floating; 0 <= a < rank
@@ -51,19 +52,19 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 
-from . import ast
+from . import ast, ops
 from .diagnostics import KinaError, Loc
 from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType, nearest
-_ELEMENTWISE_OPS = "'+', '-', '*' or '/'"
 
-RULES: dict[type, Callable] = {}  # expression kind -> its typing rule, a `_FunctionChecker` method
+_ELEMENTWISE_OPS = ops.listing([op.shown for op in ops.OPS if op.family == "elementwise"])
+
+RULES: dict[str, Callable] = {}  # op family (ops.FAMILIES) -> its typing rule, a `_FunctionChecker` method
 
 
-def rule(*kinds: type):
-    """Register a `_FunctionChecker` method `rule(self, expr) -> typed expr` as the typing rule of `kinds`."""
+def rule(family: str):
+    """Register a `_FunctionChecker` method `rule(self, expr) -> typed expr` as the typing rule of `family`."""
     def register(method):
-        for kind in kinds:
-            RULES[kind] = method
+        RULES[family] = method
         return method
     return register
 
@@ -321,12 +322,10 @@ class _FunctionChecker:
                          if let.name == e.id]
                 raise KinaError(e.loc, f"undefined name '{e.id}'", later[:1])
             return dataclasses.replace(e, type=self.env[e.id][0])
-        if isinstance(e, ast.Broadcast):
-            raise KinaError(e.loc, f"broadcast(...) may only appear as an operand of {_ELEMENTWISE_OPS}")
         if isinstance(e, ast.Number):
             raise KinaError(e.loc, f"a number may only appear as an operand of {_ELEMENTWISE_OPS} "
                                    "(it takes the other operand's dtype and shape)")
-        return RULES[type(e)](self, e)
+        return RULES[ops.of(e).family](self, e)
 
     def _notes(self, *operands: tuple[str, ast.Expr]) -> list[tuple[Loc, str]]:
         notes = []
@@ -354,12 +353,19 @@ class _FunctionChecker:
             raise KinaError(e.loc, f"{what}: axis {axis} is out of range for rank {t.rank} (expected 0 to {t.rank - 1})",
                             self._notes(("operand", e.operand)))
 
-    def _floating(self, e: ast.Expr, what: str, t: TensorType, *operands: tuple[str, ast.Expr]) -> None:
-        if not t.is_float:
-            raise KinaError(e.loc, f"{what}: needs a floating dtype (F16, BF16, F32, F64), got {t.dtype}",
+    def _floating(self, e: ast.Expr, t: TensorType, *operands: tuple[str, ast.Expr]) -> None:
+        """Refuse an integer `t` when `e`'s op needs a floating dtype (`ops.Op.floating`)."""
+        op = ops.of(e)
+        if op.floating and not t.is_float:
+            raise KinaError(e.loc, f"{op.shown}: needs a floating dtype (F16, BF16, F32, F64), got {t.dtype}",
                             self._notes(*operands))
 
-    @rule(ast.Concat)
+    @rule("broadcast")
+    def broadcast(self, e: ast.Broadcast) -> ast.Expr:
+        """Alone, refused: the elementwise rule types a broadcast operand."""
+        raise KinaError(e.loc, f"broadcast(...) may only appear as an operand of {_ELEMENTWISE_OPS}")
+
+    @rule("concat")
     def concat(self, e: ast.Concat) -> ast.Expr:
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         a, b = lhs.type, rhs.type
@@ -377,7 +383,7 @@ class _FunctionChecker:
         ty = TensorType(a.dtype, dims, a.placement)
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=ty)
 
-    @rule(ast.MatMul)
+    @rule("matmul")
     def matmul(self, e: ast.MatMul) -> ast.Expr:
         """NumPy's matmul rule for rank >= 2: the batch dims (all but the last two), aligned
         from the right, broadcast (each pair equal, or one of them 1, or missing)."""
@@ -389,7 +395,7 @@ class _FunctionChecker:
             if t.rank < 2:
                 raise KinaError(e.loc, f"matmul: operands must have rank >= 2: {side} {t.shape_str()} has rank {t.rank}",
                                 notes)
-        self._floating(e, "matmul", a, ("lhs", e.lhs), ("rhs", e.rhs))
+        self._floating(e, a, ("lhs", e.lhs), ("rhs", e.rhs))
         n = max(a.rank, b.rank) - 2
         batch = []
         for i in range(n):  # result batch dim i is dim i - (n - rank + 2) of each operand, when it has one
@@ -406,11 +412,11 @@ class _FunctionChecker:
         dims = (*batch, a.dims[-2], b.dims[-1])
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=TensorType(a.dtype, dims, a.placement))
 
-    @rule(*ast.ELEMENTWISE)
+    @rule("elementwise")
     def elementwise(self, e: ast.Binary) -> ast.Expr:
         """Equal shapes; broadcast(x) stretches x's dims of size 1, and a number takes the
         other operand's dtype and shape."""
-        what = ast.OP_NAMES[type(e)]
+        what = ops.of(e).shown
         if isinstance(e.lhs, ast.Number) and isinstance(e.rhs, ast.Number):
             raise KinaError(e.loc, f"{what}: both operands are numbers: one of them must be a tensor")
         sides = []
@@ -428,8 +434,7 @@ class _FunctionChecker:
         if isinstance(lhs, ast.Number) or isinstance(rhs, ast.Number):
             number, tensor = (lhs, rhs) if isinstance(lhs, ast.Number) else (rhs, lhs)
             ty = tensor.type
-            if isinstance(e, ast.Div):
-                self._floating(e, what, ty)
+            self._floating(e, ty)
             self._number(number, what, ty)
             number = dataclasses.replace(number, type=ty)
             lhs, rhs = (number, tensor) if isinstance(lhs, ast.Number) else (tensor, number)
@@ -437,8 +442,7 @@ class _FunctionChecker:
         a = lhs.operand.type if bl else lhs.type
         b = rhs.operand.type if br else rhs.type
         self._same_kind(e, what, a, b)
-        if isinstance(e, ast.Div):  # there is no integer division (and no division by zero trap)
-            self._floating(e, what, a, ("lhs", e.lhs), ("rhs", e.rhs))
+        self._floating(e, a, ("lhs", e.lhs), ("rhs", e.rhs))  # `/`: no integer division, no zero trap
         dims = []
         for i, (x, y) in enumerate(zip(a.dims, b.dims)):
             if x == y:
@@ -473,36 +477,34 @@ class _FunctionChecker:
             raise KinaError(number.loc, f"{what}: the number {number.value} is too small for {ty.dtype}: it would "
                                         "round to 0")
 
-    @rule(ast.Neg, ast.Exp, ast.Sqrt, ast.Rsqrt, ast.Sigmoid)
+    @rule("unary")
     def unary(self, e: ast.Unary) -> ast.Expr:
         """Same type as the operand; all but unary minus need a floating dtype."""
         x = self.expr(e.operand)
-        if not isinstance(e, ast.Neg):
-            self._floating(e, ast.OP_NAMES[type(e)], x.type, ("operand", e.operand))
+        self._floating(e, x.type, ("operand", e.operand))
         return dataclasses.replace(e, operand=x, type=x.type)
 
-    @rule(ast.Softmax)
+    @rule("softmax")
     def softmax(self, e: ast.Softmax) -> ast.Expr:
         x = self.expr(e.operand)
         t = x.type
-        self._floating(e, "softmax", t, ("operand", e.operand))
+        self._floating(e, t, ("operand", e.operand))
         if not 0 <= e.axis < t.rank:
             raise KinaError(e.loc, f"softmax: axis {e.axis} is out of range for rank {t.rank} "
                                    f"(expected 0 to {t.rank - 1})" if t.rank else "softmax: operand has rank 0")
         return dataclasses.replace(e, operand=x, type=t)
 
-    @rule(ast.Sum, ast.Max, ast.Mean)
+    @rule("reduce")
     def reduce(self, e: ast.Reduce) -> ast.Expr:
         """The operand's type with dim `axis` 1; mean needs a floating dtype."""
         x = self.expr(e.operand)
-        t, what = x.type, ast.OP_NAMES[type(e)]
-        if isinstance(e, ast.Mean):
-            self._floating(e, what, t, ("operand", e.operand))
-        self._axis(e, what, t, e.axis)
+        t = x.type
+        self._floating(e, t, ("operand", e.operand))
+        self._axis(e, ops.of(e).shown, t, e.axis)
         dims = t.dims[:e.axis] + (Dim(1),) + t.dims[e.axis + 1:]
         return dataclasses.replace(e, operand=x, type=TensorType(t.dtype, dims, t.placement))
 
-    @rule(ast.Transpose)
+    @rule("transpose")
     def transpose(self, e: ast.Transpose) -> ast.Expr:
         """perm is a permutation of 0 .. rank-1; dim i of the result is dim perm[i] of the operand."""
         x = self.expr(e.operand)
@@ -520,7 +522,7 @@ class _FunctionChecker:
         dims = tuple(t.dims[p] for p in perm)
         return dataclasses.replace(e, operand=x, type=TensorType(t.dtype, dims, t.placement))
 
-    @rule(ast.Reshape)
+    @rule("reshape")
     def reshape(self, e: ast.Reshape) -> ast.Expr:
         """The written dims (specialised like a type's, every name bound) hold the same
         elements: their symbolic dims are the operand's, in the same order, and the
@@ -546,7 +548,7 @@ class _FunctionChecker:
                                    f"the result {result.shape_str()} has {size(result)}", notes)
         return dataclasses.replace(e, operand=x, dims=dims, type=result)
 
-    @rule(ast.Slice)
+    @rule("slice")
     def slice(self, e: ast.Slice) -> ast.Expr:
         """Dims start .. start+size-1 along axis; they must exist for every value of the dim's
         names, so start + size is at most the dim's static part (S+2 has at least 2)."""

@@ -11,13 +11,14 @@ Nesting deeper than `MAX_DEPTH` is refused up front, so recursion stays bounded.
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from . import ast
+from . import ast, ops
 from .diagnostics import KinaError, Loc
 from .types import Dim
 
@@ -108,7 +109,10 @@ def _check_tree_depth(tree: Tree, filename: str, text: str) -> None:
 _TOKEN_NAMES = {"NAME": "a name", "INT": "an integer", "NUMBER": "a number", "$END": "end of file",
                 "AXIS": "'axis=N'"}
 _OPERAND_START = {"LPAR", "NAME", "NUMBER", "MINUS"}  # what may begin an expression
-_AXIS_OPS = ("SOFTMAX", "SUM", "MAX", "MEAN")  # written OP(x, axis=N)
+_WORDS = ops.listing([op.name for op in ops.OPS if not op.symbol])  # the ops written as a word
+# the ops written OP(x, axis=N) or OP(x, y), by their token
+_CALLS = {op.name.upper(): op for op in ops.OPS
+          if op.family in ("softmax", "reduce") or (op.family == "elementwise" and not op.symbol)}
 
 
 def _describe_terminal(name: str) -> str:
@@ -158,13 +162,12 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
         return KinaError(loc, f"expected a let binding or the result tuple '(...)', found {found}")
     if {"LPAR", "NAME"} <= expected <= _OPERAND_START:  # where an operand must start
         minus = "'-', " if "MINUS" in expected else ""  # an atom (concat's operands) has no unary minus
-        return KinaError(loc, f"expected an expression (a name, a number, '(...)', {minus}concat, transpose, "
-                              "reshape, slice, broadcast, softmax, exp, sqrt, rsqrt, sigmoid, sum, max or mean), "
-                              f"found {found}")
+        return KinaError(loc, f"expected an expression (a name, a number, '(...)', {minus}{_WORDS}), found {found}")
     if expected == {"COMMA", "PLUS", "MINUS"}:  # only after OP(x: a results tuple would allow ')'
-        op = _innermost(e, _AXIS_OPS)
-        return KinaError(loc, f"expected ', axis=N' after the {op.lower() if op else 'softmax'} operand, "
-                              f"found {found}")
+        op = _CALLS[_innermost(e, _CALLS) or "SOFTMAX"]
+        if op.family == "elementwise":
+            return KinaError(loc, f"expected ',' and the second operand of {op.name}, found {found}")
+        return KinaError(loc, f"expected ', axis=N' after the {op.name} operand, found {found}")
     want = _expected(expected, "expected ")
     return KinaError(loc, f"{want}, found {found}" if want else f"unexpected {found}")
 
@@ -215,7 +218,8 @@ def _tok_loc(filename: str, tok: Token) -> Loc:
 
 @v_args(meta=True)
 class _ToAst(Transformer):
-    """One method per grammar rule; each builds the AST node of that rule."""
+    """One method per grammar rule, each building that rule's node, but for the operations:
+    `__default__` builds those from their entries in `ops.OPS`."""
 
     def __init__(self, filename: str):
         super().__init__()
@@ -279,42 +283,6 @@ class _ToAst(Transformer):
                                                 "(F64's largest finite value is 1.79769e+308)")
         return ast.Number(_loc(self.f, meta), value)
 
-    def concat(self, meta, items):
-        axis, lhs, rhs = items
-        return ast.Concat(_loc(self.f, meta), int(axis), lhs, rhs)
-
-    # "transpose" "[" "perm" "=" "[" INT ("," INT)* "]" "]" atom
-    def transpose(self, meta, items):
-        *perm, operand = items
-        return ast.Transpose(_loc(self.f, meta), tuple(int(p) for p in perm), operand)
-
-    # "reshape" "[" "dims" "=" "[" [dim ("," dim)*] "]" "]" atom
-    def reshape(self, meta, items):
-        *dims, operand = items
-        dims = [d for d in dims if d is not None]
-        return ast.Reshape(_loc(self.f, meta), tuple(d for d, _ in dims), operand,
-                           dim_locs=tuple(loc for _, loc in dims))
-
-    # "slice" "[" "axis" "=" INT "," "start" "=" INT "," "size" "=" INT "]" atom
-    def slice(self, meta, items):
-        axis, start, size, operand = items
-        return ast.Slice(_loc(self.f, meta), int(axis), int(start), int(size), operand)
-
-    def matmul(self, meta, items):
-        return ast.MatMul(_loc(self.f, meta), *items)
-
-    def mul(self, meta, items):
-        return ast.Mul(_loc(self.f, meta), *items)
-
-    def div(self, meta, items):
-        return ast.Div(_loc(self.f, meta), *items)
-
-    def add(self, meta, items):
-        return ast.Add(_loc(self.f, meta), *items)
-
-    def sub(self, meta, items):
-        return ast.Sub(_loc(self.f, meta), *items)
-
     # ?unary: "-" unary -> neg; a minus written before a number is that number's sign
     def neg(self, meta, items):
         (operand,) = items
@@ -322,32 +290,33 @@ class _ToAst(Transformer):
             return ast.Number(_loc(self.f, meta), -operand.value)
         return ast.Neg(_loc(self.f, meta), operand)
 
-    def broadcast(self, meta, items):
-        return ast.Broadcast(_loc(self.f, meta), items[0])
+    # an operation's rule, `-> NAME` for an entry of ops.OPS
+    def __default__(self, data, children, meta):
+        return _node(ops.BY_NAME[data].node, _loc(self.f, meta), children)
 
-    def softmax(self, meta, items):
-        operand, axis = items
-        return ast.Softmax(_loc(self.f, meta), operand, int(axis))
 
-    # "exp" "(" expr ")", and sqrt, rsqrt, sigmoid alike
-    def exp(self, meta, items):
-        return ast.Exp(_loc(self.f, meta), items[0])
+def _node(kind: type, loc: Loc, items: list) -> ast.Expr:
+    """A `kind` node whose fields take the rule's items in order (grammar.lark writes an
+    operation's parts in the order of its node's fields): an operand, an INT, the INTs of
+    a list (perm=[...]), or the dims of a list (dims=[...], with their locations)."""
+    values = {}
+    for f in fields(kind):
+        if f.name in ("loc", "type", "dim_locs"):
+            continue
+        if f.type == "int":
+            values[f.name], items = int(items[0]), items[1:]
+        elif f.type == "tuple[int, ...]":
+            n = _count(items, Token)
+            values[f.name], items = tuple(int(i) for i in items[:n]), items[n:]
+        elif f.type == "tuple[Dim, ...]":  # (Dim, Loc) pairs, or one None for an empty list
+            n = _count(items, (tuple, type(None)))
+            dims, items = [d for d in items[:n] if d is not None], items[n:]
+            values[f.name], values["dim_locs"] = tuple(d for d, _ in dims), tuple(at for _, at in dims)
+        else:  # an operand
+            values[f.name], items = items[0], items[1:]
+    return kind(loc, **values)
 
-    def sqrt(self, meta, items):
-        return ast.Sqrt(_loc(self.f, meta), items[0])
 
-    def rsqrt(self, meta, items):
-        return ast.Rsqrt(_loc(self.f, meta), items[0])
-
-    def sigmoid(self, meta, items):
-        return ast.Sigmoid(_loc(self.f, meta), items[0])
-
-    # "sum" "(" expr "," "axis" "=" INT ")", and max, mean alike
-    def sum(self, meta, items):
-        return ast.Sum(_loc(self.f, meta), items[0], int(items[1]))
-
-    def max(self, meta, items):
-        return ast.Max(_loc(self.f, meta), items[0], int(items[1]))
-
-    def mean(self, meta, items):
-        return ast.Mean(_loc(self.f, meta), items[0], int(items[1]))
+def _count(items: list, kinds) -> int:
+    """How many items at the front of `items` are instances of `kinds`."""
+    return next((i for i, x in enumerate(items) if not isinstance(x, kinds)), len(items))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, linalg
 
+from ..frontend.ops import WIDE
 from ..frontend.types import DTYPES, Dim, TensorType
 
 DYN = ir.ShapedType.get_dynamic_size()
@@ -69,9 +70,11 @@ def broadcast_matmul_maps(lhs: TensorType, rhs: TensorType, result: TensorType) 
 
 
 def extend(v: ir.Value) -> ir.Value:
-    """`v` widened to f32 when it is f16 or bf16 (the WIDE rule), else `v`."""
-    f32 = ir.F32Type.get()
-    return v if v.type == f32 or v.type == ir.F64Type.get() else arith.ExtFOp(f32, v).result
+    """`v` widened as `ops.WIDE` says (f16 and bf16 to f32), else `v`."""
+    for narrow, wide in WIDE.items():
+        if v.type == element_type(narrow):
+            return arith.ExtFOp(element_type(wide), v).result
+    return v
 
 
 def mac(x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:

@@ -30,7 +30,9 @@ Guarantees:
     (`matmul_maps`) whose body is `mac`: acc + x * y, summed over k in ascending order;
   * `*`/`+` are `linalg.generic`s; a `broadcast` operand maps its stretched dims to 0;
   * softmax is the stable decomposition: max, exp(x - max), sum, divide;
-  * F16 and BF16 matmuls and softmaxes compute in F32 and round once (`WIDE`);
+  * each op's IR comes from its family's lowering (`LOWERINGS`), which builds the op's
+    `mlir` body from its entry in `ops.OPS` on each element;
+  * F16 and BF16 compute in F32 and round once in the ops marked `wide` (`ops.WIDE`);
   * a symbolic dim becomes `?`, its value a `tensor.dim` of the first parameter
     that binds it.
 The printed module is plain MLIR that the pinned `mlir-opt` parses, verifies and
@@ -38,18 +40,19 @@ round-trips unchanged.
 """
 from __future__ import annotations
 
+import ast as pyast
+from functools import lru_cache
 from math import prod
 from typing import Callable
 
 from mlir import ir
 from mlir.dialects import arith, func, linalg, math, tensor
 
-from ..frontend import ast
+from ..frontend import ast, ops
+from ..frontend.ops import WIDE
 from .irbuild import (DYN, affine_map, broadcast_matmul_maps, element_type, extend, generic, index, mac, mixed,
                       slice_args, tensor_type)
 from ..frontend.types import Dim, TensorType, nearest
-
-WIDE = {"F16": "F32", "BF16": "F32"}  # the dtypes whose sums (matmul, softmax) run in F32
 
 
 def lower(program: ast.Program, context: ir.Context | None = None) -> ir.Module:
@@ -67,17 +70,46 @@ def _loc(loc, name: str | None = None) -> ir.Location:
     return ir.Location.name(name, childLoc=file_loc) if name else file_loc
 
 
-# -- one lowering per expression kind ---------------------------------------------
+# -- one lowering per op family ----------------------------------------------------
 
-LOWERINGS: dict[type, Callable] = {}
+LOWERINGS: dict[str, Callable] = {}  # op family (ops.FAMILIES) -> its lowering
 
 
-def lowers(kind: type):
-    """Register `fn(lowering, expr) -> ir.Value` as the lowering of `kind` expressions."""
+def lowers(family: str):
+    """Register `fn(lowering, expr) -> ir.Value` as the lowering of the ops of `family`."""
     def register(fn):
-        LOWERINGS[kind] = fn
+        LOWERINGS[family] = fn
         return fn
     return register
+
+
+def element(body: str, **values: ir.Value) -> ir.Value:
+    """The ops on one element that an `ops.Op.mlir` body names, built on `values`:
+    "arith.divf(1.0, arith.addf(1.0, math.exp(arith.negf(x))))". A number is an
+    `arith.constant` of the first value's type, made before the ops, once for each
+    number; an op's result has the type of its first operand."""
+    tree = _parse_body(body)
+    numbers = sorted((n for n in pyast.walk(tree) if isinstance(n, pyast.Constant)), key=lambda n: n.col_offset)
+    like = next(iter(values.values())).type
+    constants = {}
+    for n in numbers:
+        if n.value not in constants:
+            constants[n.value] = arith.ConstantOp(like, n.value).result
+
+    def build(node) -> ir.Value:
+        if isinstance(node, pyast.Name):
+            return values[node.id]
+        if isinstance(node, pyast.Constant):
+            return constants[node.value]
+        operands = [build(a) for a in node.args]
+        name = f"{node.func.value.id}.{node.func.attr}"
+        return ir.Operation.create(name, results=[operands[0].type], operands=operands).result
+    return build(tree)
+
+
+@lru_cache(maxsize=None)
+def _parse_body(body: str) -> pyast.expr:
+    return pyast.parse(body, mode="eval").body
 
 
 class _FunctionLowering:
@@ -114,7 +146,7 @@ class _FunctionLowering:
         if isinstance(e, ast.Name):
             return self.values[e.id]
         with _loc(e.loc):
-            value = LOWERINGS[type(e)](self, e)
+            value = LOWERINGS[ops.of(e).family](self, e)
         if name:  # the op that yields the let's value carries its name
             op = value.owner
             getattr(op, "operation", op).location = _loc(e.loc, name)
@@ -151,11 +183,12 @@ class _FunctionLowering:
         return generic([v], [self.empty(t)], [ident, ident], ["parallel"] * t.rank, cast)[0]
 
 
-def _wide(t: TensorType) -> TensorType:
-    return TensorType(WIDE.get(t.dtype, t.dtype), t.dims, t.placement)
+def _wide(t: TensorType, op: ops.Op) -> TensorType:
+    """The type a `wide` op computes `t` in: F32 for F16 and BF16 (`ops.WIDE`)."""
+    return TensorType(WIDE.get(t.dtype, t.dtype), t.dims, t.placement) if op.wide else t
 
 
-@lowers(ast.Concat)
+@lowers("concat")
 def _concat(low: _FunctionLowering, e: ast.Concat) -> ir.Value:
     out, offset, rank = low.empty(e.type), Dim(), e.type.rank
     for operand in (e.lhs, e.rhs):
@@ -167,21 +200,19 @@ def _concat(low: _FunctionLowering, e: ast.Concat) -> ir.Value:
     return out
 
 
-@lowers(ast.MatMul)
+@lowers("matmul")
 def _matmul(low: _FunctionLowering, e: ast.MatMul) -> ir.Value:
     lhs, rhs = low.expr(e.lhs), low.expr(e.rhs)
     maps, iterators = broadcast_matmul_maps(e.lhs.type, e.rhs.type, e.type)
-    wide = _wide(e.type)
+    wide = _wide(e.type, ops.of(e))
     acc = generic([lhs, rhs], [low.fill(wide, 0.0)], maps[:3], iterators, lambda x, y, a: [mac(x, y, a)])[0]
     return acc if wide == e.type else low.convert(acc, e.type)
 
 
-@lowers(ast.Mul)
-@lowers(ast.Add)
-@lowers(ast.Sub)
-@lowers(ast.Div)
+@lowers("elementwise")
 def _elementwise(low: _FunctionLowering, e: ast.Binary) -> ir.Value:
-    """One `linalg.generic`; a number operand is an `arith.constant` in its body."""
+    """One `linalg.generic` whose body is the op's `mlir` (its float or integer form); a
+    number operand is an `arith.constant` in its body."""
     t, n = e.type, e.type.rank
     inputs, maps = [], []
     for operand in (e.lhs, e.rhs):
@@ -195,7 +226,7 @@ def _elementwise(low: _FunctionLowering, e: ast.Binary) -> ir.Value:
         else:
             inputs.append(low.expr(operand))
             maps.append(ir.AffineMap.get_identity(n))
-    op = _BINARY[type(e)][0 if t.is_float else 1]
+    op = ops.of(e).mlir[0 if t.is_float else 1]
 
     def body(*args):
         tensors, xy = iter(args), []
@@ -205,14 +236,9 @@ def _elementwise(low: _FunctionLowering, e: ast.Binary) -> ir.Value:
                     xy.append(constant(t.dtype, v.value))
             else:
                 xy.append(next(tensors))
-        return [op(*xy).result]
+        return [element(op, x=xy[0], y=xy[1])]
     ident = ir.AffineMap.get_identity(n)
     return generic(inputs, [low.empty(t)], [*maps, ident], ["parallel"] * n, body)[0]
-
-
-# the arith ops of the elementwise binary operators: (floating, integer); there is no integer `/`
-_BINARY = {ast.Mul: (arith.MulFOp, arith.MulIOp), ast.Add: (arith.AddFOp, arith.AddIOp),
-           ast.Sub: (arith.SubFOp, arith.SubIOp), ast.Div: (arith.DivFOp, None)}
 
 
 def constant(dtype: str, value: int | float) -> ir.Value:
@@ -220,11 +246,11 @@ def constant(dtype: str, value: int | float) -> ir.Value:
     return arith.ConstantOp(element_type(dtype), nearest(dtype, value)).result
 
 
-@lowers(ast.Softmax)
+@lowers("softmax")
 def _softmax(low: _FunctionLowering, e: ast.Softmax) -> ir.Value:
     """max, exp(x - max), sum, divide (in F32 for F16 and BF16, rounded once at the end)."""
     x = low.expr(e.operand)
-    t, n, axis = _wide(e.type), e.type.rank, e.axis
+    t, n, axis = _wide(e.type, ops.of(e)), e.type.rank, e.axis
     if t != e.type:
         x = low.convert(x, t)
     reduced = TensorType(t.dtype, t.dims[:axis] + t.dims[axis + 1:], t.placement)
@@ -248,35 +274,19 @@ def _softmax(low: _FunctionLowering, e: ast.Softmax) -> ir.Value:
 
 # -- unary functions, reductions, transpose, reshape, slice ---------------------------
 
-def _sigmoid(x: ir.Value) -> ir.Value:
-    one = arith.ConstantOp(x.type, 1.0).result
-    return arith.DivFOp(one, arith.AddFOp(one, math.ExpOp(arith.NegFOp(x).result).result).result).result
-
-
-# each unary function's body on one element; those marked wide run in F32 for F16 and BF16
-_UNARY = {ast.Exp: (lambda x: math.ExpOp(x).result, True), ast.Sqrt: (lambda x: math.SqrtOp(x).result, True),
-          ast.Rsqrt: (lambda x: math.RsqrtOp(x).result, True), ast.Sigmoid: (_sigmoid, True),
-          ast.Neg: (lambda x: arith.NegFOp(x).result, False)}
-
-
-@lowers(ast.Neg)
-@lowers(ast.Exp)
-@lowers(ast.Sqrt)
-@lowers(ast.Rsqrt)
-@lowers(ast.Sigmoid)
+@lowers("unary")
 def _unary(low: _FunctionLowering, e: ast.Unary) -> ir.Value:
-    """One elementwise `linalg.generic`. exp, sqrt, rsqrt and sigmoid of F16 and BF16 extend
-    each element to F32, compute there and round once (as NumPy's F16 functions do)."""
-    t = e.type
-    fn, widen = _UNARY[type(e)]
-    if not t.is_float:  # only unary minus takes integers: 0 - x
-        fn = lambda x: arith.SubIOp(arith.ConstantOp(x.type, 0).result, x).result
+    """One elementwise `linalg.generic` whose body is the op's `mlir`. A `wide` op of F16
+    or BF16 extends each element to F32, computes there and rounds once (as NumPy's F16
+    functions do)."""
+    t, op = e.type, ops.of(e)
+    fn = op.mlir[0 if t.is_float else 1]
     narrow = element_type(t.dtype)
 
     def body(x, _):
-        if widen and t.dtype in WIDE:
-            return [arith.TruncFOp(narrow, fn(extend(x))).result]
-        return [fn(x)]
+        if op.wide and t.dtype in WIDE:
+            return [arith.TruncFOp(narrow, element(fn, x=extend(x))).result]
+        return [element(fn, x=x)]
     ident = ir.AffineMap.get_identity(t.rank)
     return generic([low.expr(e.operand)], [low.empty(t)], [ident, ident], ["parallel"] * t.rank, body)[0]
 
@@ -291,31 +301,29 @@ def _keep_rank(low: _FunctionLowering, v: ir.Value, t: TensorType, axis: int) ->
     return tensor.ExpandShapeOp(tensor_type(t), v, _reassociation(groups), dyn, static).result
 
 
-@lowers(ast.Sum)
-@lowers(ast.Max)
-@lowers(ast.Mean)
+@lowers("reduce")
 def _reduce(low: _FunctionLowering, e: ast.Reduce) -> ir.Value:
     """A `linalg.generic` reducing `axis` into a tensor without it, as softmax's max and sum
-    are (F16 and BF16 sums and means in F32, rounded once), then `tensor.expand_shape` to
-    keep the rank. max starts from -inf (the smallest integer for I32/I64); mean divides by
-    the dim's size."""
-    x, src = low.expr(e.operand), e.operand.type
+    are (a `wide` op of F16 and BF16 in F32, rounded once), then `tensor.expand_shape` to
+    keep the rank. The accumulator starts at the op's `start` (-inf is the smallest integer
+    for I32/I64) and takes each element through its `mlir`; mean then divides by the dim's size."""
+    x, src, op = low.expr(e.operand), e.operand.type, ops.of(e)
     axis, n = e.axis, src.rank
-    t = src if isinstance(e, ast.Max) else _wide(src)
+    t = _wide(src, op)
     if t != src:
         x = low.convert(x, t)
     reduced = TensorType(t.dtype, t.dims[:axis] + t.dims[axis + 1:], t.placement)
     full = ir.AffineMap.get_identity(n)
     proj = affine_map(n, [ir.AffineDimExpr.get(a) for a in range(n) if a != axis])
     iterators = ["reduction" if a == axis else "parallel" for a in range(n)]
-    if isinstance(e, ast.Max):
-        start = float("-inf") if t.is_float else -(1 << (element_type(t.dtype).width - 1))
-        combine = arith.MaximumFOp if t.is_float else arith.MaxSIOp
+    if t.is_float:
+        start, combine = op.start, op.mlir[0]
     else:
-        start, combine = 0.0 if t.is_float else 0, arith.AddFOp if t.is_float else arith.AddIOp
-    acc = generic([x], [low.fill(reduced, start)], [full, proj], iterators, lambda v, a: [combine(v, a).result])[0]
+        start, combine = int(max(op.start, -(1 << (element_type(t.dtype).width - 1)))), op.mlir[1]
+    acc = generic([x], [low.fill(reduced, start)], [full, proj], iterators,
+                  lambda v, a: [element(combine, x=v, acc=a)])[0]
     out = TensorType(e.type.dtype, reduced.dims, t.placement)
-    if isinstance(e, ast.Mean):
+    if op.divide_by_size:
         size = low.size(src.dims[axis])
         f = element_type(t.dtype)
         count = arith.ConstantOp(f, float(size)).result if isinstance(size, int) else \
@@ -332,7 +340,7 @@ def _reduce(low: _FunctionLowering, e: ast.Reduce) -> ir.Value:
     return _keep_rank(low, acc, e.type, axis)
 
 
-@lowers(ast.Transpose)
+@lowers("transpose")
 def _transpose(low: _FunctionLowering, e: ast.Transpose) -> ir.Value:
     """`linalg.transpose`: result dim i is operand dim perm[i], as Kina's perm says."""
     return linalg.transpose(low.expr(e.operand), outs=[low.empty(e.type)], permutation=list(e.perm)).results[0]
@@ -366,7 +374,7 @@ def _reassociation(groups) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, a) for a in g]) for g in groups])
 
 
-@lowers(ast.Reshape)
+@lowers("reshape")
 def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
     """`tensor.collapse_shape` of each run of `reshape_groups` to one dim, then
     `tensor.expand_shape` of it to the run's result dims; a step that would change
@@ -395,7 +403,7 @@ def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
     return value
 
 
-@lowers(ast.Slice)
+@lowers("slice")
 def _slice(low: _FunctionLowering, e: ast.Slice) -> ir.Value:
     """`tensor.extract_slice` with unit strides: offset `start` and size `size` along `axis`.
     A result with a dim of 0 is a `tensor.empty` (an offset into a dim of 0, or at the end
