@@ -321,11 +321,10 @@ def default_threads() -> int:
     return len(cpus) if cpus else os.cpu_count() or 1
 
 
-# A call moving less than this runs on one thread. Measured on this project's 2-core
-# VM (H=32, Dh=128; a split costs ~130 us of hand-over, most of it waking the other
-# core): two threads ran at 0.8x the speed of one at a 4 MiB cache (8 MiB moved by the
-# functional step), 1.0-1.1x at 8 MiB, 1.1-1.35x from 16 MiB (the in-place step moves
-# just the cache). How the parts run: kina.workers.
+# A call moving less than this runs on one thread: a split pays a fixed hand-over
+# (mostly waking the other core), which a call moving fewer bytes does not earn back.
+# The measurements behind the value: docs/performance.md, "Splitting a call across
+# threads". How the parts run: kina.runtime.workers.
 PARALLEL_MIN_BYTES = 16 << 20
 
 
