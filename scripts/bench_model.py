@@ -8,7 +8,7 @@ Every variant generates --new greedy tokens after the same --prompt-token prompt
 the same seeded F32 weights:
 
 - Kina: kina.models.StoryLM. One decoder_prefill call per layer for the prompt, then one
-  decoder_step call per layer per token, and the head (kernels/storylm.kina), all compiled;
+  decoder_step call per layer per token, and the head (src/kina/models/kernels/storylm.kina), all compiled;
   the host looks up the embedding row and takes the argmax. One thread.
 - PyTorch eager, 1 and 2 threads: tests/storylm_torch.py, the tests' reference, with its
   KV cache grown by torch.cat as Hugging Face's default cache does, under inference_mode.

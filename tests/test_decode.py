@@ -1,4 +1,4 @@
-"""kina.decode: the KV cache, prefill, the in-place step and greedy generation (Sections 20-22).
+"""kina.models (kvcache, tiny): the KV cache, prefill, the in-place step and greedy generation (Sections 20-22).
 
 The equivalences of issue 5 are the tests marked (a)-(e) below.
 """

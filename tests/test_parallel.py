@@ -1,4 +1,4 @@
-"""Recycled results (kina.pool) and calls split over threads (kina.parallel, runtime).
+"""Recycled results (kina.runtime.pool) and calls split over threads (kina.frontend.axes, kina.runtime).
 
 Results of large calls reuse the memory of dead results, so a host loop feeding each
 step's results back allocates a few blocks and then none; memory kept stays under
@@ -36,7 +36,7 @@ def step():
     return kina.compile_source(DYN_TEXT, "dyn.kina").kv_step
 
 
-# -- kina.pool ------------------------------------------------------------------------------------
+# -- kina.runtime.pool -----------------------------------------------------------------------------
 
 def test_size_classes_round_up_by_at_most_a_sixteenth():
     for n in [1, 63, 64, 1000, MIB, MIB + 1, 3 * MIB + 12345, 1 << 33]:
@@ -254,7 +254,7 @@ def test_static_leading_dims_are_never_split():
     assert static_step.independent_axes == 1  # B = 1: nothing to split; H = 32 static: not split
 
 
-# -- kina.workers ----------------------------------------------------------------------------------
+# -- kina.runtime.workers --------------------------------------------------------------------------
 
 @pytest.fixture(autouse=True)
 def _hang_is_a_failure():
