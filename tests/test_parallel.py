@@ -352,6 +352,9 @@ def test_an_interrupted_wait_waits_on_then_raises(monkeypatch):
     assert len(seen) == 2
 
 
+# JAX (imported by test_arrays in the same session) warns at every fork that its threads may
+# deadlock the child; this child runs no JAX, and its alarm ends it if anything hangs.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 def test_a_forked_child_starts_with_no_workers():
     seen, part = _recorder()
     workers.run_concurrently(part, [[0], [1]])  # the parent has an idle worker now
