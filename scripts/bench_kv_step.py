@@ -21,6 +21,7 @@ Out: a table per size on stdout, the targets as PASS/FAIL, notes, and the JSON r
      --markdown prints the performance table and rewrites it between the markers in
      docs/performance.md (--doc FILE for another file); --plot FILE.png draws it.
 The exit status is 0 whether or not the targets pass: this measures, it does not gate.
+NumPy's OpenBLAS and torch run on one thread except in the rows that say otherwise.
 
 The parts, in scripts/benchlib/: kvstep.py (the variants Kina runs, their inputs and the spot
 checks), peers.py (NumPy, PyTorch, onnxruntime), timing.py (interleaved rounds on rotated

@@ -8,7 +8,8 @@
     peers      the same step in NumPy, PyTorch and onnxruntime
     report     the targets (checks), the JSON report, the printed tables, --markdown and --plot
 
-Dependencies point one way: machine and timing import nothing from here; bandwidth, floor
-and report only those; kvstep and peers build on timing. Only kvstep, peers and bandwidth
-import kina, so scripts that need none of that (bench_k_layout.py) stay light.
+Dependencies point one way: machine, timing and floor import nothing from here; bandwidth
+takes timing, report takes machine, peers takes timing and bandwidth, and kvstep all but
+report. Only bandwidth and kvstep import kina, so a script that needs neither
+(bench_k_layout.py, which takes report's argument type) stays light.
 """
