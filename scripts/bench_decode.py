@@ -22,18 +22,8 @@ import time
 
 import numpy as np
 
+from benchlib.timing import best
 from kina.models import TinyDecoder
-
-
-def best(fn, repeats: int, after=lambda: None) -> float:
-    """The fastest of `repeats` timed calls of fn (calling `after` after each, untimed)."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        after()
-    return min(times)
 
 
 def plot(path, points, cached, recompute, setup: str, repeats: int):

@@ -8,7 +8,7 @@ Every variant generates --new greedy tokens after the same --prompt-token prompt
 the same seeded F32 weights:
 
 - Kina: kina.models.StoryLM. One decoder_prefill call per layer for the prompt, then one
-  decoder_step call per layer per token, and the head (kernels/storylm.kina), all compiled;
+  decoder_step call per layer per token, and the head (src/kina/models/kernels/storylm.kina), all compiled;
   the host looks up the embedding row and takes the argmax. One thread.
 - PyTorch eager, 1 and 2 threads: tests/storylm_torch.py, the tests' reference, with its
   KV cache grown by torch.cat as Hugging Face's default cache does, under inference_mode.
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,35 +42,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # storylm_torch, the tests' PyTorch model
 
 import kina  # noqa: E402
+from benchlib import machine  # noqa: E402
+from benchlib.bandwidth import read_bandwidth  # noqa: E402
+from benchlib.timing import interleaved, medians  # noqa: E402
 from kina.models import NumPyStoryLM, StoryLM  # noqa: E402
 
 MB = 1e6
-
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU")
-    try:
-        llc = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
-    except OSError:
-        llc = "unknown"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    return f"{cpu}, {os.cpu_count()} cores, LLC {llc}; kina {kina.__version__} @ {commit.strip() or 'unknown'}"
-
-
-def read_bandwidth(repeats: int, nbytes: int = 256 << 20) -> float:
-    """Bytes/s one thread reads from memory: the best of `repeats` passes of np.sum (one
-    stream) and of np.dot (two), as scripts/bench_kv_step.py measures it (noise only
-    ever slows a pass down, so the best is the closest to the machine's figure)."""
-    a = np.ones(nbytes // 4, np.float32)
-    lo, hi = a[:a.size // 2], a[a.size // 2:]
-    best = 0.0
-    for _ in range(repeats):
-        for f in (a.sum, lambda: np.dot(lo, hi)):
-            t = time.perf_counter()
-            f()
-            best = max(best, nbytes / (time.perf_counter() - t))
-    return best
+BW_PASSES = 5  # read-bandwidth passes before the runs and again after them
 
 
 class Timed:
@@ -155,7 +132,7 @@ def main(argv=None) -> int:
     weight_bytes = 4 * (L * (4 * D * D + 3 * D * F) + D * V)
     print(f"StoryLM-0: d_model {D}, {args.heads} heads, {L} layers, FFN {F}, vocab {V}, F32; "
           f"{args.new} tokens after a {args.prompt}-token prompt")
-    print(f"{machine()}; numpy {np.__version__} (OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']})"
+    print(f"{machine.describe()}, kina {kina.__version__}; numpy {np.__version__} (OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']})"
           + (f", torch {torch.__version__}" if torch else ", no torch (its rows are skipped)")
           + f"; load average {os.getloadavg()[0]:.2f}", flush=True)
 
@@ -173,16 +150,11 @@ def main(argv=None) -> int:
     nmodel = NumPyStoryLM(**sizes, weights=model.weights)
     variants["NumPy"] = lambda: run_storylm(nmodel, prompt, args.new)
 
-    bw = read_bandwidth(5)
-    runs = {name: [] for name in variants}
-    for name, run in variants.items():
-        run()  # untimed: faults the pages in, warms torch's thread pool
-    for _ in range(args.repeats):
-        for name, run in variants.items():
-            runs[name].append(run())
-    bw = max(bw, read_bandwidth(5))
+    bw = read_bandwidth(BW_PASSES)
+    runs = interleaved(variants, args.repeats)
+    bw = max(bw, read_bandwidth(BW_PASSES))
 
-    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "tokens"} for name, rs in runs.items()}
+    med = {name: medians(rs) for name, rs in runs.items()}
     want = runs["Kina (StoryLM)"][0]["tokens"]
     print(f"\n| variant | prefill ({args.prompt} tokens) | decode, per token (median step) | tokens/s | same tokens |")
     print("| --- | --- | --- | --- | --- |")
@@ -204,7 +176,7 @@ def main(argv=None) -> int:
     print(f"Limit: each token reads {weight_bytes / MB:.1f} MB of weights ({L} layers x {4 * (4 * D * D + 3 * D * F) / MB:.1f} MB "
           f"+ head {4 * D * V / MB:.1f} MB; the KV cache adds at most {8 * L * D * (args.prompt + args.new) / MB:.1f} MB "
           f"read and copied), more than the LLC; at the read bandwidth of one thread, {bw / 1e9:.1f} GB/s "
-          f"(np.sum and np.dot, best of 20 passes), that is a floor of {floor * 1e3:.2f} ms per token. Kina's compiled "
+          f"(np.sum and np.dot, best of {2 * BW_PASSES} passes), that is a floor of {floor * 1e3:.2f} ms per token. Kina's compiled "
           f"calls take {k['compiled'] / floor:.2f}x that floor, its whole token {k['mean_decode'] / floor:.2f}x.")
     torch_best = min((m["decode"], n) for n, m in med.items() if n.startswith("PyTorch")) if torch else None
     if torch_best:

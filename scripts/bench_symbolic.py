@@ -9,9 +9,9 @@ B, H, Dh and S written as integers: the same body, the same pass pipeline) and u
 the one symbolic .so of the example for every size. Both are called through
 `Function.call_unchecked` with inputs bound once and results preallocated (the kernel),
 and through the public call `mod.kv_step(...)` (argument checks and fresh result
-arrays; information only). Static and symbolic are timed interleaved in one run:
-every round times a batch of each, in alternating order, and the table shows the
-medians over rounds and the symbolic/static ratio. The target is a kernel ratio
+arrays; information only). Static and symbolic are timed interleaved in one run
+(benchlib.timing.run_rounds): every round times a batch of each, in an order rotated
+each round, and the table shows the medians over rounds and the symbolic/static ratio. The target is a kernel ratio
 of at most 1.15. Before timing, the two are checked to agree bit for bit.
 
 This is a benchmark, not a test: it never fails the suite. It exits 1 only when
@@ -23,10 +23,11 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from benchlib.timing import InputSets, Variant, best, run_rounds
 
 ROOT = Path(__file__).resolve().parent.parent
 DYN = ROOT / "examples" / "storylm0_kv_step_dyn.kina"
@@ -38,13 +39,6 @@ def inputs(B, H, Dh, S, seed=0):
     r = lambda *s: rng.standard_normal(s).astype(np.float32)
     return (r(B, H, 1, Dh), r(B, H, Dh, S), r(B, H, Dh, 1), r(B, H, S, Dh), r(B, H, 1, Dh),
             np.full((1, 1, 1, 1), 1 / np.sqrt(Dh), np.float32))
-
-
-def batch_time(call, n: int) -> float:
-    t = time.perf_counter()
-    for _ in range(n):
-        call()
-    return (time.perf_counter() - t) / n
 
 
 def main(argv=None) -> int:
@@ -76,17 +70,12 @@ def main(argv=None) -> int:
             arrays, env = bind(fn.signature, xs)
             outs = [np.empty(s, np.float32) for s in result_shapes(fn.signature, env)]
             kernels[name] = (lambda fn=fn, arrays=arrays, outs=outs: fn.call_unchecked(arrays, outs))
-        full = {"static": lambda: static(*xs), "symbolic": lambda: dyn(*xs)}
-        one = batch_time(kernels["static"], 3)
-        n = max(1, int(args.batch_ms / 1000 / max(one, 1e-7)))
-        samples = {k: [] for k in ("static", "symbolic", "static fn", "symbolic fn")}
-        for r in range(args.rounds):
-            order = ("static", "symbolic") if r % 2 == 0 else ("symbolic", "static")
-            for name in order:
-                samples[name].append(batch_time(kernels[name], n))
-            for name in order:
-                samples[f"{name} fn"].append(batch_time(full[name], n))
-        med = {k: statistics.median(v) * 1e6 for k, v in samples.items()}
+        full = {"static fn": lambda: static(*xs), "symbolic fn": lambda: dyn(*xs)}
+        n = max(1, int(args.batch_ms / 1000 / max(best(kernels["static"], 3), 1e-7)))
+        one_set = InputSets([xs], 0)  # the same inputs every call: this compares two kernels, not the memory
+        variants = [Variant(name, one_set, lambda _, call=call: call()) for name, call in {**kernels, **full}.items()]
+        run_rounds(variants, args.rounds, n)
+        med = {v.name: statistics.median(v.samples) * 1e6 for v in variants}
         ratio, ratio_fn = med["symbolic"] / med["static"], med["symbolic fn"] / med["static fn"]
         worst = max(worst, ratio)
         print(f"{B:>2} {H:>3} {Dh:>4} {S:>5} | {med['static']:>10.2f} {med['symbolic']:>12.2f} {ratio:>6.3f} | "

@@ -11,8 +11,9 @@ figure on the non-interactive Agg backend (no display needed), sized to be read 
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
+
+from benchlib.machine import cpu_model
 
 WIDTH_PX = 900
 DPI = 100  # figure inches * DPI = pixels, so text sizes in points stay readable at WIDTH_PX
@@ -44,15 +45,7 @@ def check_target(path: str) -> Path:
 
 def machine() -> str:
     """'2 cores, AMD EPYC': what a title needs to say where the numbers come from."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {cpu}"
+    return f"{os.cpu_count()} cores, {cpu_model()}"
 
 
 def figure(height_px: int = 540, ncols: int = 1, **kwargs):

@@ -41,9 +41,18 @@ def update_golden(request):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _cache_dir(tmp_path_factory):
+def _cache_dir(request, tmp_path_factory):
+    """One compile cache for the session, kept between sessions in pytest's cache folder
+    (.pytest_cache/d/kina-compile-cache), so the kernels many tests share (the models'
+    attention and prefill, StoryLM's layer, each per dtype and size) are built once, not
+    again by every session. Keeping it is safe: the cache key covers the compiler's own
+    code, the LLVM version, the CPU and the options. KINA_CACHE_DIR, if set, wins; with
+    `-p no:cacheprovider` the session gets a fresh folder, so every build is cold. Tests
+    that need a real build set KINA_NO_CACHE or a KINA_CACHE_DIR of their own."""
     if "KINA_CACHE_DIR" not in os.environ:
-        os.environ["KINA_CACHE_DIR"] = str(tmp_path_factory.mktemp("kina-cache"))
+        cache = getattr(request.config, "cache", None)
+        folder = cache.mkdir("kina-compile-cache") if cache is not None else tmp_path_factory.mktemp("kina-cache")
+        os.environ["KINA_CACHE_DIR"] = str(folder)
 
 
 def assert_same(got: np.ndarray, want: np.ndarray, rtol: float = 0.0, atol: float = 0.0, what: str = "result"):

@@ -1,14 +1,14 @@
 """StoryLM-0 in PyTorch, written from issue 13's formulas alone: the tests' independent
 reference, and the PyTorch eager row of scripts/bench_model.py.
 
-In:  the weights `kina.storylm` documents (a dict of NumPy arrays named as in
+In:  the weights `kina.models.storylm` documents (a dict of NumPy arrays named as in
      `kina.models.storylm.weight_shapes`, projections stored [in, out]), the head count, eps
      and the RoPE base.
 Out: `TorchStoryLM`, whose `generate` returns the greedy tokens, the logits that
      chose them and each step's time, with a growing KV cache (prefill, then one position per step) or
      recomputing the whole sequence at every step.
 
-It shares no code with kina.storylm beyond the weight names: every formula is
+It shares no code with kina.models.storylm beyond the weight names: every formula is
 written again here, in torch's own ops. Per layer, pre-norm in Llama's form:
     h   = x + Attn(RMSNorm(x)),  out = h + MLP(RMSNorm(h))
     RMSNorm(x) = x * rsqrt(mean(x*x) + eps) * g

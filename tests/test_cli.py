@@ -586,3 +586,27 @@ def test_started_tools_are_stopped_when_a_build_ends_early(monkeypatch):
         pipeline.run_stages(source, "kv.kina", "so")
     assert [s.tool for s in started] == ["opt", "llc"]
     assert all(s._proc.poll() is not None for s in started)
+
+
+def test_usage_text_names_every_option():
+    """cli's docstring (the usage a reader sees first) names every option each command takes."""
+    from kina.driver import commands
+    entries: list[str] = []  # one per command: its line and the more indented lines that continue it
+    for line in cli.__doc__.split("\n\n")[1].splitlines():
+        if line.startswith("    kinac"):
+            entries.append(line.strip())
+        elif entries:
+            entries[-1] += " " + line.strip()
+    subcommands = ("kinac run ", "kinac bench ", "kinac opt ")
+    parsers = {"kinac": cli._compile_parser(), "kinac run": commands._parser(bench=False),
+               "kinac bench": commands._parser(bench=True)}
+    for command, parser in parsers.items():
+        if command == "kinac":  # the compiler's entries: `kinac FILE.kina ...`, `kinac --list-passes`
+            entry = " ".join(e for e in entries if not e.startswith(subcommands))
+        else:
+            (entry,) = [e for e in entries if e.startswith(command + " ")]
+        for action in parser._actions:
+            flags = [f for f in action.option_strings if f not in ("-h", "--help", "--version")]
+            if flags:  # one spelling is enough (-o or --output)
+                assert any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", entry) for f in flags), \
+                    f"{command}: {'/'.join(flags)} is not in the usage"

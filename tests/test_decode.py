@@ -1,4 +1,4 @@
-"""kina.decode: the KV cache, prefill, the in-place step and greedy generation (Sections 20-22).
+"""kina.models (kvcache, tiny): the KV cache, prefill, the in-place step and greedy generation (Sections 20-22).
 
 The equivalences of issue 5 are the tests marked (a)-(e) below.
 """
@@ -513,7 +513,10 @@ def test_float64_model_and_float16_cache():
 
 # -- the scripts ---------------------------------------------------------------
 
-def _run_script(name, argv):
+def _run_script(monkeypatch, name, argv):
+    """Run scripts/<name>.py's main(argv) here, with scripts/ on sys.path as when it is run
+    (for its own imports: benchlib, plotting)."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -523,15 +526,15 @@ def _run_script(name, argv):
     return status, out.getvalue(), err.getvalue()
 
 
-def test_demo_script():
-    status, out, err = _run_script("demo_generate", ["--tokens", "40", "--prompt", "4", "--d-model", "16"])
+def test_demo_script(monkeypatch):
+    status, out, err = _run_script(monkeypatch, "demo_generate", ["--tokens", "40", "--prompt", "4", "--d-model", "16"])
     assert status == 0
     assert "total" in out and "tokens/s" in out and "KV cache: 2 layers" in out
     assert err == ""  # captured stderr is no terminal, so no tqdm bar (tests/test_plots.py checks it on one)
 
 
-def test_bench_script():
-    status, out, _ = _run_script("bench_decode", ["--tokens", "20", "--repeats", "1", "--d-model", "8"])
+def test_bench_script(monkeypatch):
+    status, out, _ = _run_script(monkeypatch, "bench_decode", ["--tokens", "20", "--repeats", "1", "--d-model", "8"])
     assert status == 0
     assert "same tokens from both: yes" in out and "ratio" in out and "n^2" in out
 

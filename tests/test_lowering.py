@@ -72,7 +72,7 @@ let f = fn(a: tensor<F16, [8, 512], @host>, b: tensor<F16, [512, 8], @host>) -> 
 
 def test_softmax_exp_is_within_one_ulp_and_handles_special_values():
     """softmax([0, x]) at x <= -17.5 is exp(x) itself (1 + e**x rounds to 1), so those
-    rows check lower.exp_f32 directly, subnormal results included; above that, the
+    rows check exp_f32 (kina.ir.passes.exp_to_arith) directly, subnormal results included; above that, the
     sum and division add at most about one ulp more. scripts/exp_accuracy.py checks
     every f32 in [-104, 88.7] directly."""
     import kina

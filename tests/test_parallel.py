@@ -1,4 +1,4 @@
-"""Recycled results (kina.pool) and calls split over threads (kina.parallel, runtime).
+"""Recycled results (kina.runtime.pool) and calls split over threads (kina.frontend.axes, kina.runtime).
 
 Results of large calls reuse the memory of dead results, so a host loop feeding each
 step's results back allocates a few blocks and then none; memory kept stays under
@@ -36,7 +36,7 @@ def step():
     return kina.compile_source(DYN_TEXT, "dyn.kina").kv_step
 
 
-# -- kina.pool ------------------------------------------------------------------------------------
+# -- kina.runtime.pool -----------------------------------------------------------------------------
 
 def test_size_classes_round_up_by_at_most_a_sixteenth():
     for n in [1, 63, 64, 1000, MIB, MIB + 1, 3 * MIB + 12345, 1 << 33]:
@@ -254,7 +254,7 @@ def test_static_leading_dims_are_never_split():
     assert static_step.independent_axes == 1  # B = 1: nothing to split; H = 32 static: not split
 
 
-# -- kina.workers ----------------------------------------------------------------------------------
+# -- kina.runtime.workers --------------------------------------------------------------------------
 
 @pytest.fixture(autouse=True)
 def _hang_is_a_failure():
@@ -352,6 +352,9 @@ def test_an_interrupted_wait_waits_on_then_raises(monkeypatch):
     assert len(seen) == 2
 
 
+# JAX (imported by test_arrays in the same session) warns at every fork that its threads may
+# deadlock the child; this child runs no JAX, and its alarm ends it if anything hangs.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 def test_a_forked_child_starts_with_no_workers():
     seen, part = _recorder()
     workers.run_concurrently(part, [[0], [1]])  # the parent has an idle worker now

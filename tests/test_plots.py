@@ -120,7 +120,8 @@ def test_bench_kv_step_from_json_errors(scripts, tmp_path, capsys):
 
 
 def test_bench_kv_step_markdown_table_from_json(scripts, tmp_path, capsys):
-    """--markdown prints the README's table from a report: medians, and their ratios."""
+    """--markdown prints the performance table from a report (medians, and their ratios) and rewrites
+    it between the markers of the doc, leaving the rest of the file as it was."""
     times = {"kina fn() 1T": 2.0, "kina fn() 2T": 1.5, "kina call_into 1T": 1.6, "kina call_into 2T": 1.5,
              "kina loop fn() 1T": 2.2, "kina loop call_into 1T": 2.0, "numpy": 5.0, "torch 1T": 6.0,
              "torch 2T": 4.0, "ort 1T": 5.5, "ort 2T": 3.0, "kina in place 1T": 1.25, "kina in place 2T": 1.0,
@@ -131,13 +132,46 @@ def test_bench_kv_step_markdown_table_from_json(scripts, tmp_path, capsys):
     report["bandwidth"]["by_threads"] = {"1": {"read": 64e9}, "2": {"read": 80e9}}
     report["sizes"] = [{"H": 32, "Dh": 128, "B": 1, "S_past": 2047, "cache_bytes": cache,
                         "variants": {name: {"median_s": t * 1e-3} for name, t in times.items()}}]
-    path = tmp_path / "report.json"
+    report["command"] = "python scripts/bench_kv_step.py --repeats 9"
+    report["compile"] = {"cold_median_s": 0.193, "cold_s": [0.19, 0.232], "warm_median_s": 0.0001}
+    report["checks"] = [{"pass": True}, {"pass": False}, {"pass": True}]
+    path, doc = tmp_path / "report.json", tmp_path / "performance.md"
     path.write_text(json.dumps(report))
-    assert scripts("bench_kv_step").main(["--markdown", "--from-json", str(path)]) == 0
-    header, rule, row = capsys.readouterr().out.splitlines()
+    bench = scripts("bench_kv_step")
+    before, after = "# Performance\n\nProse before.\n\n", "\nProse after, kept.\n"
+    doc.write_text(f"{before}{bench.rep.BEGIN}\nthe old table\n{bench.rep.END}\n{after}")
+    assert bench.main(["--markdown", "--from-json", str(path), "--doc", str(doc)]) == 0
+    header, rule, row, wrote = capsys.readouterr().out.splitlines()
     assert header.startswith("| H, Dh | S_past (cache) | Kina fn() 1T / 2T |") and rule.count("---") == 11
     assert row == ("| 32, 128 | 2047 (64 MiB) | 2.00 / 1.50 ms | 1.25, 1.10 | 0.30 | 5.00 ms | 4.00 ms | 3.00 ms "
                    "| 1.25 / 1.00 ms | 0.50 | 53.7 GB/s (84%) |")
+    assert wrote == f"wrote the table into {doc}"
+    text = doc.read_text()  # the table between the markers, with where it comes from; the rest untouched
+    assert text.startswith(before) and text.endswith(f"{bench.rep.END}\n{after}") and "the old table" not in text
+    inside = text[len(before):].split("\n")
+    assert inside[0] == bench.rep.BEGIN and inside[-4] == bench.rep.END
+    assert inside[1].startswith("From `python scripts/bench_kv_step.py --repeats 9` at commit abc1234, "
+                                "2026-01-01T00:00:00Z, on 2 cores of Test CPU; medians.")
+    assert "Cold compile 193.0 ms (190.0-232.0); a cache hit 0.100 ms." in inside
+    assert "Targets (issues 6 and 11): 2 of 3 checks pass." in inside
+    assert inside[-7:-4] == [header, rule, row]  # the table sits last, just above END
+
+    # regenerating from the same report changes nothing; a file without the markers is refused, unchanged
+    assert bench.main(["--markdown", "--from-json", str(path), "--doc", str(doc)]) == 0
+    assert doc.read_text() == text
+    doc.write_text("no markers here\n")
+    with pytest.raises(SystemExit, match=r"--markdown: .*performance\.md needs one .*BEGIN bench_kv_step"):
+        bench.main(["--markdown", "--from-json", str(path), "--doc", str(doc)])
+    assert doc.read_text() == "no markers here\n"
+
+
+def test_performance_doc_has_the_markers(scripts):
+    """docs/performance.md holds the generated table between the markers --markdown rewrites."""
+    rep = scripts("bench_kv_step").rep
+    text = rep.DOC.read_text()
+    assert text.count(rep.BEGIN) == 1 and text.count(rep.END) == 1 and text.index(rep.BEGIN) < text.index(rep.END)
+    block = text[text.index(rep.BEGIN):text.index(rep.END)]
+    assert "| H, Dh | S_past (cache) |" in block and "From `" in block
 
 
 # -- demo_generate's progress bar --------------------------------------------------

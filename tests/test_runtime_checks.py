@@ -1,7 +1,8 @@
 """Calls into a compiled module: every bad call is a clear TypeError or ValueError, every odd
 but valid one (read-only, non-contiguous, unaligned, NaN, Inf) gives the right answer, and a
 .so that cannot be trusted (sidecar missing, mismatched or corrupt) or a closed module is
-refused with an error rather than a segfault. The NumPy interpreter runs the same checks.
+refused with an error rather than a segfault. The NumPy interpreter runs the same checks
+(the same code, runtime.bind: its test checks it is wired in, not a second opinion).
 """
 from __future__ import annotations
 
@@ -83,10 +84,25 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize("call,error,message", BAD_CALLS)
-def test_bad_call_is_a_clear_error(mod, ref, call, error, message):
-    for runner in (mod, ref):
-        with pytest.raises(error, match=message):
-            runner.f(*call)
+def test_bad_call_is_a_clear_error(mod, call, error, message):
+    """The compiled call refuses with the expected message, and so does call_into before the
+    kernel runs: results it was handed stay as they were."""
+    with pytest.raises(error, match=message):
+        mod.f(*call)
+    outs = [np.full((2, 4), 7.0, np.float32), np.full((2, 4), 7.0, np.float32), np.full((2, 6), 7.0, np.float32)]
+    with pytest.raises(error, match=message):
+        mod.f.call_into(list(call), outs)
+    assert all((o == 7.0).all() for o in outs), "call_into wrote its results before refusing the call"
+    assert_same(mod.f(*args())[2], np.concatenate([A, A], axis=1), 0, 0, what="a good call after it")
+
+
+@pytest.mark.parametrize("call,error,message", BAD_CALLS)
+def test_interpreter_refuses_bad_calls_alike(ref, call, error, message):
+    """kina.interpret checks its arguments with the runtime's own checker (runtime.bind), so
+    this is not a second opinion on the messages above: it checks that the interpreter
+    checks at all, against the same expected messages."""
+    with pytest.raises(error, match=message):
+        ref.f(*call)
 
 
 # -- odd but valid arrays give correct results -------------------------------------------------

@@ -253,7 +253,7 @@ def test_static_step_30000_calls_do_not_grow_memory():
 
 
 def test_prefill_example_is_the_kernel_at_f32():
-    """examples/storylm0_prefill.kina is the F32 copy of the generic kernel kina.decode uses."""
+    """examples/storylm0_prefill.kina is the F32 copy of the generic kernel kina.models uses."""
     from kina.driver.pipeline import Options, _render, run_stages
     kernel = ROOT / "src" / "kina" / "models" / "kernels" / "prefill.kina"
     ir = [_render(run_stages(path.read_text(), "prefill.kina", "mlir", Options(dtypes=dtypes)), "mlir")

@@ -6,7 +6,7 @@
 
 Importing `kina` is cheap: the front end (lark) and the back end (mlir) load only
 when a function that needs them is first called, so `kina.load` of a built .so
-needs nothing but NumPy and ctypes.
+needs nothing but NumPy, ml_dtypes and ctypes.
 """
 from .frontend.diagnostics import InternalError, KinaError, ToolError
 

@@ -1,12 +1,19 @@
 """`kinac`: the command-line driver.
 
     kinac FILE.kina [-o OUT] [--emit STAGE] [--dump-dir DIR] [--print-ir-after-all]
-                    [--cpu CPU] [--locs] [-O N]
+                    [--cpu CPU] [--locs] [-O N] [--dtype T=DTYPE ...] [--dim NAME=N ...]
     kinac --list-passes
     kinac opt FILE.mlir --passes NAME[,NAME...] [-o OUT] [--print-ir-after-all] [--locs]
-    kinac run FILE.kina [--fn NAME] [--interpret] [--dim NAME=N] [--seed N]
-    kinac bench FILE.kina [--fn NAME] [--dim NAME=N] [--repeats N]
+    kinac run FILE.kina [--fn NAME] [--input NAME=@FILE.npy|NAME=NUMBER ...] [--dim NAME=N ...]
+                        [--seed N] [--interpret | --compare] [--output-dir DIR]
+    kinac bench FILE.kina [--fn NAME] [--input ...] [--dim NAME=N ...] [--seed N] [--repeats N]
     kinac --version
+
+`--dtype` gives a generic function's type parameter its dtype; `--dim` fixes a
+symbolic dim (a static specialisation when compiling; the size of random inputs
+for `run` and `bench`). `run` takes every parameter from `--input` or none (then
+seeded random inputs); `--compare` runs compiled and interpreted and prints their
+largest differences; `--output-dir` writes the results as .npy files.
 
 Exit status: 0 on success, 1 for a user's error (bad source, missing file),
 2 for an internal compiler error or a failing external tool. A user's error is

@@ -1,10 +1,11 @@
 """The compiler driver: an ordered table of stages from source text to a .so.
 
-    ast -> typed -> mlir -> abi -> fuse-concat-matmul -> ... -> to-llvm -> llvm -> obj -> so
+    ast -> typed -> mlir -> (every pass of kina.ir.passes.PASSES, in its order) -> llvm -> obj -> so
 
-Each stage is a small function from one representation to the next: the front
+(`STAGE_NAMES` is the whole list; `kinac --list-passes` prints the passes.) Each
+stage is a small function from one representation to the next: the front
 end (`ast`, `typed`), the reference IR (`mlir`), then one stage per pass of
-`kina.passes.PASSES` (the passes marked `optimisation` are skipped at -O0), then
+the pass table (the passes marked `optimisation` are skipped at -O0), then
 LLVM IR, the object file and the .so. `--emit X` stops after stage X (any pass
 included); `--dump-dir` writes every stage's output, numbered. A build that goes
 past the MLIR stages starts `opt` and `llc` once the program has type-checked,

@@ -53,7 +53,7 @@ def run(tool: str, args: list[str]) -> bytes:
 
 class Started:
     """A tool started before its input exists, reading it from stdin: loading LLVM
-    (about 20 ms per tool) overlaps the compiler's own work on another core.
+    (docs/performance.md, "Compile time") overlaps the compiler's own work on another core.
     `finish(input, repro)` feeds it and waits; `repro` are the arguments, naming an
     input file, that rerun it by hand if it fails. `cancel()` kills it."""
 

@@ -8,7 +8,8 @@ The bindings' C API library exports `mlirTranslateModuleToLLVMIRToString`; the
 module's operation is handed to it through the bindings' capsule (`_CAPIPtr`), as
 MLIR's Python interop documents. Running it here, rather than printing the module
 and starting `mlir-translate`, saves that process's start (it loads all of LLVM)
-and a print and parse of the module: about 45 ms of a 230 ms cold build.
+and a print and parse of the module, a large part of a cold build (docs/performance.md,
+"Compile time").
 
 Guarantees and limits: that C function cannot report failure: if the translation
 fails it crashes the process (it prints a module that does not exist). So every op

@@ -7,7 +7,7 @@ Out: Pygments tokens: `let` and `fn` keywords, the builtins (`concat`, `softmax`
      type, function names, names, integers and floats, operators, punctuation and `//` comments.
 
 Guarantees: the words, symbols and terminal patterns come from grammar.lark (the
-language reference) and the dtypes and placements from `kina.types`, so a literal
+language reference) and the dtypes and placements from `kina.frontend.types`, so a literal
 added to the grammar is highlighted without touching this file; the only choices
 made here are which words are keywords and which symbols are operators. Every
 character the grammar accepts gets a non-Error token and the tokens concatenate

@@ -1,5 +1,5 @@
-"""Builders for the upstream MLIR the reference IR is made of, shared by `kina.lower`
-and Kina's passes (`kina.passes`).
+"""Builders for the upstream MLIR the reference IR is made of, shared by `kina.ir.lower`
+and Kina's passes (`kina.ir.passes`).
 
 In:  Kina types and MLIR values, inside an active `ir.Context`, location and insertion point.
 Out: MLIR types, affine maps and ops (`linalg.generic`, slices, a matmul's body).

@@ -4,7 +4,7 @@ In:  an `ast.Program` returned by `check.check` (every expression typed).
 Out: an `mlir.ir.Module` of `func`, `tensor`, `linalg`, `arith` and `math` ops on
      tensors, built with the MLIR Python bindings. Nothing else: no memref, no
      bufferization, no fusion, no buffer reuse, no C-interface attributes. Every
-     optimisation and the ABI are passes that run on this IR (see `kina.passes`).
+     optimisation and the ABI are passes that run on this IR (see `kina.ir.passes`).
 
 For `examples/storylm0_kv_step.kina` it reads:
 

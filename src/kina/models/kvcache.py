@@ -48,9 +48,9 @@ class CacheFullError(ValueError):
 # While Kᵀ rows are short, their stride stays within this many positions above the
 # fill (the rows are moved apart when the fill passes it), up to rows of this many
 # bytes: short rows nearly back to back are read one at a time, as one stream, at
-# close to a contiguous read (matmul-loops; measured by scripts/bench_k_layout.py:
-# 96% for 2 KB rows, against 60% for the same rows T_max apart). Longer rows go 8
-# at a time, which does not mind the gap, so they get the stride T_max at once.
+# close to a contiguous read (matmul-loops), where the same rows T_max apart read
+# much slower. Longer rows go 8 at a time, which does not mind the gap, so they get
+# the stride T_max at once. The figures: docs/performance.md, "The Kᵀ layout".
 KT_STRIDE_STEP = 64
 KT_SHORT_ROW_BYTES = 16 << 10
 

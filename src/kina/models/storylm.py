@@ -128,7 +128,7 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
     extra = [name for name in weights if name not in layout]
     if extra:
         raise ValueError(f"weights: unexpected tensor {extra[0]!r}: not a StoryLM weight of these sizes "
-                         f"(kina.storylm.weight_layout lists them)")
+                         f"(kina.models.storylm.weight_layout lists them)")
     out = {}
     for name, dims in layout.items():
         a = weights[name]

@@ -16,12 +16,12 @@ never modified. Views are passed as they are (the compiled code takes any outer
 strides); only an array whose innermost stride is not one element, or that is
 misaligned, is copied first. Results, whatever their size, are allocated here
 as NumPy arrays starting on a 64-byte boundary and filled by the callee
-(out-params); large ones reuse the memory of dead results (`kina.pool`:
+(out-params); large ones reuse the memory of dead results (`kina.runtime.pool`:
 bounded, `release_memory()` returns it). A large call of a function with
 independent leading axes runs on `threads` threads (KINA_NUM_THREADS, default
 the machine's cores), bit-identical to one; for such a call the calling thread is
 bound off the worker threads' cores and then given its own binding back
-(`kina.workers`). BF16 is `ml_dtypes.bfloat16`.
+(`kina.runtime.workers`). BF16 is `ml_dtypes.bfloat16`.
 This module imports neither `mlir` nor `lark`.
 
 Calling convention (what `kinac` emits): `_mlir_ciface_kina_<fn>(in_0*, ..., out_0*, ...)`
@@ -72,7 +72,7 @@ def as_passable(a: np.ndarray) -> np.ndarray:
 
 
 ALIGN = 64  # bytes: a cache line, and what the compiled code's non-temporal vector stores need
-RESULTS = Pool()  # where calls allocate their results (see kina.pool)
+RESULTS = Pool()  # where calls allocate their results (see kina.runtime.pool)
 
 
 def release_memory() -> int:
@@ -81,7 +81,7 @@ def release_memory() -> int:
 
 
 def set_memory_limit(nbytes: int) -> None:
-    """Keep at most `nbytes` of freed results for reuse (default kina.pool.DEFAULT_LIMIT)."""
+    """Keep at most `nbytes` of freed results for reuse (default kina.runtime.pool.DEFAULT_LIMIT)."""
     RESULTS.set_limit(nbytes)
 
 
@@ -321,11 +321,10 @@ def default_threads() -> int:
     return len(cpus) if cpus else os.cpu_count() or 1
 
 
-# A call moving less than this runs on one thread. Measured on this project's 2-core
-# VM (H=32, Dh=128; a split costs ~130 us of hand-over, most of it waking the other
-# core): two threads ran at 0.8x the speed of one at a 4 MiB cache (8 MiB moved by the
-# functional step), 1.0-1.1x at 8 MiB, 1.1-1.35x from 16 MiB (the in-place step moves
-# just the cache). How the parts run: kina.workers.
+# A call moving less than this runs on one thread: a split pays a fixed hand-over
+# (mostly waking the other core), which a call moving fewer bytes does not earn back.
+# The measurements behind the value: docs/performance.md, "Splitting a call across
+# threads". How the parts run: kina.runtime.workers.
 PARALLEL_MIN_BYTES = 16 << 20
 
 
@@ -341,7 +340,7 @@ class Function:
     """One compiled Kina function; call it with arrays (see `bind`), get NumPy arrays back.
 
     Large calls run on several threads when the function has independent leading
-    axes (`kina.parallel`: batch and heads, for attention): the kernel is called on
+    axes (`kina.frontend.axes`: batch and heads, for attention): the kernel is called on
     parts along one of them, with bit-identical results for any thread count."""
 
     def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0):
@@ -363,7 +362,7 @@ class Function:
         """Check the arguments, allocate the results, run; returns the results.
 
         Results are NumPy arrays; large ones reuse the memory of dead results
-        (`kina.pool`), so a steady loop touches no fresh pages. `threads` (default
+        (`kina.runtime.pool`), so a steady loop touches no fresh pages. `threads` (default
         `default_threads()`) bounds the threads a large call may use."""
         threads = _check_threads(self.__name__, threads)
         arrays, env = self._bind(args)
@@ -407,7 +406,7 @@ class Function:
         that each array is passable (aligned, unit innermost stride: see `passable`),
         nor that the outs are writable, of the result shapes and free of overlap. A wrong
         argument is undefined behaviour: wrong numbers, or a crash. It exists for callers
-        that have checked everything themselves and call often: `kina.decode.KVCache`
+        that have checked everything themselves and call often: `kina.models.KVCache`
         (which builds its own arguments), and benchmarks that `bind` once and then time
         the kernel alone. Everyone else calls the function or uses `call_into`.
 
@@ -478,7 +477,7 @@ def call_concurrently(calls: list["PreparedCall"]) -> None:
 
 class PreparedCall:
     """One call's memref descriptors, built once, for a caller that calls the same
-    kernel on the same buffers again and again (kina.decode's in-place step): it
+    kernel on the same buffers again and again (kina.models.KVCache's in-place step): it
     patches what changes (a size, a data pointer) and calls, one ctypes call and no
     allocation. The arrays given must stay alive, and every patch must keep each
     descriptor valid for its buffer: nothing is checked."""

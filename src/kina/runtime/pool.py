@@ -6,7 +6,7 @@ Out: an ordinary NumPy array, 64-byte aligned, whose memory is a block this pool
 
 Why: glibc serves large allocations with fresh `mmap`s, and the first write to
 each fresh page faults. For a decode step whose results are tens of MiB that
-costs more than the kernel (a 64 MiB step measured 7.3 ms against 3.3 ms). Here a
+costs more than the kernel (docs/performance.md, "Recycled results"). Here a
 block freed by a dead result is reused by the next call that needs that size
 class, so a loop that feeds each step's results back as the next step's inputs
 reuses the same few blocks.
@@ -37,9 +37,10 @@ DEFAULT_LIMIT = 1 << 30
 def _data_pointer_reader():
     """The fastest way to read an ndarray's data pointer. NumPy's array struct starts
     with the object header and then `char *data` (PyArrayObject_fields, the same in
-    NumPy 1 and 2); reading that field costs 0.2 us where `a.ctypes.data` costs 1.5,
-    which was most of a small call's overhead. Checked here, on a view, against
-    `a.ctypes.data`; if the layout ever differs, `a.ctypes.data` is used."""
+    NumPy 1 and 2); reading that field is several times cheaper than `a.ctypes.data`,
+    whose cost was most of a small call's overhead (docs/performance.md, "A thin
+    call"). Checked here, on a view, against `a.ctypes.data`; if the layout ever
+    differs, `a.ctypes.data` is used."""
     read = ctypes.c_void_p.from_address
     offset = object.__basicsize__  # the object header: refcount and type
     probe = np.empty((3, 5), np.float32)[1:, 2:]

@@ -6,13 +6,11 @@ Out: every part has run; the first on the calling thread, the others on worker
 
 Why threads of our own: a worker waits on a condition of its own, and the caller
 builds every part's arguments, so a worker wakes and runs the kernel and nothing
-else (on this project's 2-core VM a split call's hand-over costs about 100 us, most
-of it the hypervisor waking a core). Each worker is bound to one core, and for the call the caller is bound
-off the workers' cores (then given its own binding back): left to the scheduler,
-a woken worker often ran on its caller's core, where the two parts ran one after
-the other. Measured after a 100 ms pause, 11 of 12 split steps at a 64 MiB cache
-had the worker beside the caller; bound, the split takes 1.7 ms there, against
-2.3-3.0 ms unbound and 3.0 ms on one thread.
+else: the hand-over (most of it waking a core) is what a split adds to the kernel. Each
+worker is bound to one core, and for the call the caller is bound off the workers'
+cores (then given its own binding back): left to the scheduler, a woken worker often
+ran on its caller's core, where the two parts ran one after the other. The
+measurements: docs/performance.md, "Worker threads".
 
 Guarantees: a call returns only when every part handed to a worker has finished,
 even when the calling thread is interrupted (the interruption is raised after),

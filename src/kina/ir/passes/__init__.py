@@ -1,6 +1,6 @@
 """The pass table: every step from the reference IR to the LLVM dialect, in order.
 
-In:  the reference IR from `kina.lower` (upstream dialects on tensors).
+In:  the reference IR from `kina.ir.lower` (upstream dialects on tensors).
 Out: the LLVM dialect, ready for `mlir-translate`.
 
 Each step is a named `Pass`. Kina's own are one module each in this package, a
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 class Pass:
     name: str
     summary: str
-    module: str = ""  # Kina's own: `kina.passes.<module>.run`
+    module: str = ""  # Kina's own: `kina.ir.passes.<module>.run`
     pipeline: str = ""  # upstream: a textual pass pipeline on builtin.module
     optimisation: bool = False  # skipped at -O0
     only_for: str = ""  # an element type (e.g. "bf16"): the pass runs only on modules that use it

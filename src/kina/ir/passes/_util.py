@@ -1,5 +1,5 @@
 """Helpers shared by Kina's passes: walking and rewriting ops, recognising the
-linalg forms `kina.lower` emits, and building loops. No pass logic lives here."""
+linalg forms `kina.ir.lower` emits, and building loops. No pass logic lives here."""
 from __future__ import annotations
 
 from mlir import ir

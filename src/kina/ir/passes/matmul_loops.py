@@ -23,9 +23,9 @@ Which of the two is decided at run time from the rhs: rows of at most
 ROW_AT_A_TIME_BYTES whose gap to the next row is at most ROW_AT_A_TIME_GAP_BYTES
 go one row of k at a time, a single read stream over nearly contiguous memory,
 with the row of sums in L1; longer or farther-apart rows take UNROLL_K at a time.
-On this project's VM (scripts/bench_k_layout.py) 2 KB rows back to back read at
-96% of a contiguous read one at a time, against 60% eight at a time; with a
-1 KB gap one at a time falls to 34%, and from 32 KB rows on eight at a time wins.
+Short rows nearly back to back read fastest as one stream; with a gap, or long
+rows, several streams at once win (scripts/bench_k_layout.py measures it; the
+figures and the thresholds they gave: docs/performance.md, "The Kᵀ layout").
 The order of the sums is the same either way.
 
 A fused matmul (fuse-concat-matmul: it also copies its rhs into a concat's slot)
@@ -35,9 +35,9 @@ nor evict what is there. Those are aligned whole lines: each row's j loop starts
 with plain scalar steps up to the first NT_ALIGN-byte boundary of the slot row,
 then takes aligned vectors (VECTOR_BYTES, then one line at a time) and ends with
 plain scalars for the last partial line. So every cache line of the slot is written
-one way only (a line written partly both ways measured 2x slower), and none by
-scalar non-temporal stores (each is a partial-line write to memory: at a 4 MiB
-cache they cost a quarter of the decode step). fence-nontemporal then orders them before the function returns.
+one way only (a line written partly both ways is slower than either), and none by
+scalar non-temporal stores (each is a partial-line write to memory; the costs of
+both: docs/performance.md, "Non-temporal stores"). fence-nontemporal then orders them before the function returns.
 
 A matmul whose output rows are short (a whole number of vectors, at most
 REGISTER_ROW_BYTES, like one attention head's values; checked at run time when the
