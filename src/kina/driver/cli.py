@@ -3,12 +3,13 @@
     kinac FILE.kina [-o OUT] [--emit STAGE] [--dump-dir DIR] [--print-ir-after-all]
                     [--cpu CPU] [--locs] [-O N]
     kinac --list-passes
-    kinac opt FILE.mlir --passes NAME[,NAME...] [-o OUT] [--print-ir-after-all] [--locs]
+    kinac opt FILE.mlir --passes 'NAME[{OPT=VALUE ...}][,NAME...]' [-o OUT] [--print-ir-after-all] [--locs]
     kinac run FILE.kina [--fn NAME] [--interpret] [--dim NAME=N] [--seed N]
     kinac bench FILE.kina [--fn NAME] [--dim NAME=N] [--repeats N]
     kinac --version
 
-Exit status: 0 on success, 1 for a user's error (bad source, missing file),
+Exit status: 0 on success, 1 for a user's error (bad source, missing file, IR
+that `kinac opt`'s passes cannot take, an unknown pass or option),
 2 for an internal compiler error or a failing external tool. A user's error is
 printed as `FILE:LINE:COL: error: ...` with the source line and a caret, never
 as a Python traceback.
@@ -146,19 +147,20 @@ def _assignments(flag: str, items: list[str], kind) -> dict:
 
 def opt_main(argv: list[str]) -> int:
     """`kinac opt`: run named passes on MLIR text and print the result, like mlir-opt."""
-    from ..ir.passes import BY_NAME, PASSES
     p = argparse.ArgumentParser(prog="kinac opt", description="Run kinac's passes on an MLIR file and print the result.")
     p.add_argument("file", help="the .mlir file ('-' for stdin)")
-    p.add_argument("--passes", required=True, help="comma-separated pass names, in order (see kinac --list-passes)")
+    p.add_argument("--passes", required=True, metavar="PASS[{OPT=V ...}],...",
+                   help="passes in order, with options as in mlir-opt: 'matmul-loops{unroll=4},sum-loops' "
+                        "(see kinac --list-passes)")
     p.add_argument("-o", "--output", help="write the result here instead of stdout")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     p.add_argument("--locs", action="store_true", help="print source locations")
     args = p.parse_args(argv)
-    names = [n.strip() for n in args.passes.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BY_NAME]
-    if unknown or not names:
-        print(f"kinac opt: error: unknown pass {', '.join(map(repr, unknown)) or '(none given)'}: "
-              f"expected names from {', '.join(q.name for q in PASSES)}", file=sys.stderr)
+    from ..ir.passes import PassError, PipelineError, parse
+    try:
+        chosen = parse(args.passes)
+    except PipelineError as e:
+        print(f"kinac opt: error: {e}", file=sys.stderr)
         return 1
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
@@ -168,15 +170,24 @@ def opt_main(argv: list[str]) -> int:
     from mlir import ir
     from . import pipeline
     from ..ir.irbuild import print_ir
-    ctx = ir.Context()
+
+    def parsed() -> ir.Module:  # locations name the file, as mlir-opt's do
+        ctx = ir.Context()
+        return ir.Module.parse(text, ctx) if args.file == "-" else ir.Module.parseFile(args.file, ctx)
     try:
-        module = ir.Module.parse(text, ctx)
+        module = parsed()
     except ir.MLIRError as e:
         print(f"kinac opt: error: {args.file} is not valid MLIR:\n{e}", file=sys.stderr)
         return 1
-    for i, name in enumerate(names):
-        pipeline.apply_pass(module, BY_NAME[name], args.print_ir_after_all, args.file, pipeline.replay_passes(
-            lambda: ir.Module.parse(text, ir.Context()), [BY_NAME[n] for n in names[:i]]))
+    for i, p in enumerate(chosen):
+        try:
+            pipeline.apply_pass(module, p, args.print_ir_after_all, args.file,
+                                pipeline.replay_passes(parsed, chosen[:i]), users_ir=True)
+        except PassError as e:  # the IR is the user's: a diagnostic at the op, as mlir-opt gives
+            if e.loc is None:
+                print(f"kinac opt: error: {e.message}", file=sys.stderr)
+                return 1
+            raise KinaError(e.loc, e.message, source=text if e.loc.file == args.file else None) from None
     out = print_ir(module, args.locs)
     if args.output:
         Path(args.output).write_text(out)
