@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shutil
 import sys
 from importlib import metadata
@@ -155,8 +156,11 @@ def opt_main(argv: list[str]) -> int:
     p.add_argument("-o", "--output", help="write the result here instead of stdout")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     p.add_argument("--locs", action="store_true", help="print source locations")
+    p.add_argument("--split-input-file", action="store_true",
+                   help="run the passes on each '// -----' section alone, as mlir-opt does (negative tests)")
+    p.add_argument("--allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
     args = p.parse_args(argv)
-    from ..ir.passes import PassError, PipelineError, parse
+    from ..ir.passes import PipelineError, parse
     try:
         chosen = parse(args.passes)
     except PipelineError as e:
@@ -167,33 +171,58 @@ def opt_main(argv: list[str]) -> int:
     except OSError as e:
         print(f"kinac opt: error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 1
-    from mlir import ir
-    from . import pipeline
-    from ..ir.irbuild import print_ir
-
-    def parsed() -> ir.Module:  # locations name the file, as mlir-opt's do
-        ctx = ir.Context()
-        return ir.Module.parse(text, ctx) if args.file == "-" else ir.Module.parseFile(args.file, ctx)
-    try:
-        module = parsed()
-    except ir.MLIRError as e:
-        print(f"kinac opt: error: {args.file} is not valid MLIR:\n{e}", file=sys.stderr)
-        return 1
-    for i, p in enumerate(chosen):
-        try:
-            pipeline.apply_pass(module, p, args.print_ir_after_all, args.file,
-                                pipeline.replay_passes(parsed, chosen[:i]), users_ir=True)
-        except PassError as e:  # the IR is the user's: a diagnostic at the op, as mlir-opt gives
-            if e.loc is None:
-                print(f"kinac opt: error: {e.message}", file=sys.stderr)
-                return 1
-            raise KinaError(e.loc, e.message, source=text if e.loc.file == args.file else None) from None
-    out = print_ir(module, args.locs)
+    if not args.split_input_file:
+        out, failed = _opt_one(args, chosen, text, None)
+    else:  # each section keeps its line numbers: it is parsed after as many blank lines as precede it
+        outs, failed, line = [], False, 0
+        for section in re.split(r"^// -----[^\n]*\n", text, flags=re.M):
+            result, bad = _opt_one(args, chosen, text, "\n" * line + section)
+            line += section.count("\n") + 1
+            failed |= bad
+            outs.append(result)
+        out = "// -----\n".join(o for o in outs if o)
     if args.output:
         Path(args.output).write_text(out)
     else:
         sys.stdout.write(out)
-    return 0
+    return 1 if failed else 0
+
+
+def _opt_one(args, chosen: list, text: str, section: str | None) -> tuple[str, bool]:
+    """Run `chosen` on the file's text (or on one `section` of it); returns the IR
+    printed (empty on failure) and whether it failed. A pass's diagnostic is printed
+    to stderr at the op it names, as mlir-opt prints it."""
+    from mlir import ir
+    from . import pipeline
+    from ..ir.irbuild import print_ir
+    from ..ir.passes import PassError
+
+    def parsed() -> ir.Module:  # locations name the file, as mlir-opt's do
+        ctx = ir.Context()
+        ctx.allow_unregistered_dialects = args.allow_unregistered_dialect
+        if section is None and args.file != "-":
+            return ir.Module.parseFile(args.file, ctx)
+        return ir.Module.parse(text if section is None else section, ctx)
+    try:
+        module = parsed()
+    except ir.MLIRError as e:
+        print(f"kinac opt: error: {args.file} is not valid MLIR:\n{e}", file=sys.stderr)
+        return "", True
+    for i, p in enumerate(chosen):
+        try:
+            pipeline.apply_pass(module, p, args.print_ir_after_all, args.file,
+                                pipeline.replay_passes(parsed, chosen[:i]), users_ir=True)
+        except PassError as e:  # the IR is the user's: a diagnostic at the op
+            loc = e.loc
+            if loc is not None and loc.file == "-":  # parsed from text: the file it came from
+                loc = dataclasses.replace(loc, file=args.file if args.file != "-" else "<stdin>")
+            if loc is None:
+                print(f"kinac opt: error: {e.message}", file=sys.stderr)
+            else:
+                print(KinaError(loc, e.message, source=text if loc.file == args.file else None)
+                      .render(color=use_color(sys.stderr)), file=sys.stderr)
+            return "", True
+    return print_ir(module, args.locs), False
 
 
 def run_main(argv: list[str], bench: bool = False) -> int:
