@@ -102,6 +102,8 @@ def _fusable(op):
     lhs, rhs = list(op.inputs)
     if not isinstance(lhs.type, ir.RankedTensorType) or lhs.type.shape[-2] != 1 or lhs == rhs:
         return None
+    if not all(_mac_type(v.type.element_type) == op.outputs[0].type.element_type for v in (lhs, rhs)):
+        return None  # the fused body is `irbuild.mac`: it must give the accumulator's type
     found = _concat_parts(rhs)
     if found is None:
         return None
@@ -122,6 +124,11 @@ def _fusable(op):
         if user != op.operation and (user.block != block or not op.operation.is_before_in_block(user)):
             return None
     return parts, empty, axis
+
+
+def _mac_type(t: ir.Type) -> ir.Type:
+    """The type `irbuild.mac` multiplies in for operands of type `t` (f16 and bf16 widen to f32)."""
+    return t if isinstance(t, (ir.F32Type, ir.F64Type)) else ir.F32Type.get()
 
 
 def _slice(source: ir.Value, offsets, sizes) -> ir.Value:
