@@ -40,7 +40,7 @@ from .. import __version__
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
-from ..ir.passes import PASSES, Pass, PassError, selected
+from ..ir.passes import PASSES, Pass, PassError, selected, source_loc
 from . import toolchain, translate
 
 def _default_opt_level() -> int:
@@ -148,8 +148,10 @@ def apply_pass(module, p: Pass, print_ir: bool = False, what: str = "the generat
             raise
         why = f"cannot take {what}: {e}"
     except ir.MLIRError as e:
-        if users_ir and p.kind == "upstream":
-            raise PassError(p.name, None, f"{p.name} ({p.pipeline}) failed on {what}:\n{e}") from None
+        if users_ir and p.kind == "upstream":  # mlir-opt's own diagnostic, at its op
+            first = e.error_diagnostics[0] if e.error_diagnostics else None
+            raise PassError(p.name, first and source_loc(first.location),
+                            f"{p.name}: {first.message if first else e}") from None
         why = f"failed on {what}:\n{e}"
     except Exception as e:  # a Kina pass that raises is a bug in that pass
         why = f"raised {type(e).__name__}: {e}"

@@ -22,7 +22,7 @@ own; `selected(opt_level)` is the one place that says which passes a build runs
 """
 from __future__ import annotations
 
-from ._pass import _show, KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, parse_pipeline
+from ._pass import _show, KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, parse_pipeline, source_loc
 from .abi import Abi
 from .copies_to_linalg import CopiesToLinalg
 from .exp_to_arith import ExpToArith
