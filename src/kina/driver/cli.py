@@ -51,7 +51,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output path (default: the .so next to the source; text stages print)")
     p.add_argument("--emit", choices=STAGE_NAMES, default="so", metavar="STAGE",
                    help="stop after this stage (or pass) and emit its output: " + ", ".join(STAGE_NAMES))
-    p.add_argument("--list-passes", action="store_true", help="print the pass table and exit")
+    p.add_argument("--list-passes", action="store_true", help="print the pass table, with each pass's options and their defaults, and exit")
     p.add_argument("--dump-dir", help="write every stage's output, numbered, into this folder")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every MLIR pass (stderr)")
     p.add_argument("--cpu", default="native",

@@ -22,7 +22,7 @@ own; `selected(opt_level)` is the one place that says which passes a build runs
 """
 from __future__ import annotations
 
-from ._pass import _show, KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, parse_pipeline, source_loc
+from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, parse_pipeline, source_loc
 from .abi import Abi
 from .copies_to_linalg import CopiesToLinalg
 from .exp_to_arith import ExpToArith
@@ -80,7 +80,7 @@ def table() -> str:
         if p.kind == "upstream":
             lines.append(f"{indent}mlir-opt: {p.pipeline}")
         for o in p.options():
-            lines.append(f"{indent}{o.name}={_show(o.default)}: {o.doc} ({o.expected})")
+            lines.append(f"{indent}{o.shown}: {o.doc} ({o.expected})")
     lines.append("")
     lines.append("Options go in braces, as in mlir-opt: kinac opt FILE.mlir --passes 'matmul-loops{unroll=4},sum-loops'")
     return "\n".join(lines) + "\n"

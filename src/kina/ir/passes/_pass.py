@@ -63,6 +63,11 @@ class Option:
     doc: str
     expected: str
 
+    @property
+    def shown(self) -> str:
+        """`name=default` as --list-passes prints it and --passes takes it."""
+        return f"{self.name}={_show(self.default)}"
+
 
 def _expected(o: dataclasses.Field, kind: type) -> str:
     if o.metadata.get("expected"):

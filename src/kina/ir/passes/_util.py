@@ -4,7 +4,8 @@ and a body's op kinds and wiring), and building loops. No pass logic lives here.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, memref, scf
+from mlir.dialects import arith, func, linalg, memref, scf
+from mlir.rewrite import RewritePatternSet, walk_and_apply_patterns
 
 from ..irbuild import DYN, index, matmul_maps
 
@@ -17,13 +18,13 @@ NO_MATCH = True
 def apply_patterns(module_op, patterns: dict) -> None:
     """Apply rewrite patterns to every op under `module_op` in one walk (the bindings'
     `walk_and_apply_patterns`: no fixpoint, no folding, so nothing but the matched ops
-    changes). `patterns` maps an op name to `fn(op, rewriter)`, which returns
-    `NO_MATCH` or rewrites `op` through the `PatternRewriter` (building at
-    `rewriter.ip`, then `replace_op` / `erase_op`) and returns None."""
-    from mlir.rewrite import RewritePatternSet, walk_and_apply_patterns
+    changes). `patterns` maps an op class (`linalg.GenericOp`) to `fn(op, rewriter)`,
+    which gets the op as that class and either returns `NO_MATCH` or rewrites it
+    through the `PatternRewriter` (building at `rewriter.ip`, then `replace_op` or
+    `erase_op`) and returns None."""
     patterns_set = RewritePatternSet()
-    for name, fn in patterns.items():
-        patterns_set.add(name, fn)
+    for root, fn in patterns.items():
+        patterns_set.add(root, fn)
     walk_and_apply_patterns(module_op, patterns_set.freeze())
 
 
@@ -83,7 +84,7 @@ def matmul_form(op) -> str | None:
     an operand's batch dims each read a batch index or 0, `batch_indices`);
     "fused" for a plain one with a second out (b..., k, j) that receives y, as
     fuse-concat-matmul makes it; None for anything else."""
-    if op.name != "linalg.generic":
+    if not isinstance(op.opview, linalg.GenericOp):
         return None
     ins, outs = list(op.opview.inputs), list(op.opview.outputs)
     if len(ins) != 2 or len(outs) not in (1, 2):
@@ -140,7 +141,7 @@ def unit_innermost(t: ir.Type) -> bool:
 
 def functions(module_op) -> list:
     """The func.func ops at the top of `module_op`."""
-    return [op for op in module_op.regions[0].blocks[0].operations if op.operation.name == "func.func"]
+    return [op for op in module_op.regions[0].blocks[0].operations if isinstance(op, func.FuncOp)]
 
 
 # -- loops -------------------------------------------------------------------------

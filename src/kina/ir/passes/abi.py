@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import bufferization, func
+from mlir.dialects import bufferization, func, tensor
 
 from ._pass import KinaPass, Unsupported, option
 from ._util import functions
@@ -73,7 +73,7 @@ def _callees(module_op) -> dict:
     calls = {}
 
     def visit(op):
-        if op.name == "func.call":
+        if isinstance(op.opview, func.CallOp):
             calls.setdefault(op.attributes["callee"].value, op)
         return ir.WalkResult.ADVANCE
     module_op.walk(visit)
@@ -147,12 +147,12 @@ def _base_empty(value: ir.Value):
     insert_slice destinations and the inits of linalg ops; None if there is none."""
     while isinstance(value, ir.OpResult):
         op = value.owner
-        if op.name == "tensor.empty":
+        if isinstance(op, tensor.EmptyOp):
             return op
-        if op.name == "tensor.insert_slice":
-            value = op.operands[1]
-        elif op.name.startswith("linalg.") and hasattr(op.opview, "outputs"):
-            value = list(op.opview.outputs)[value.result_number]
+        if isinstance(op, tensor.InsertSliceOp):
+            value = op.dest
+        elif op.name.startswith("linalg.") and hasattr(op, "outputs"):  # any linalg op with inits
+            value = list(op.outputs)[value.result_number]
         else:
             return None
     return None

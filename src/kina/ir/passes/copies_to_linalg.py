@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import linalg
+from mlir.dialects import linalg, memref
 
 from ._pass import KinaPass, Unsupported
 from ._util import apply_patterns
@@ -33,7 +33,7 @@ class CopiesToLinalg(KinaPass):
     summary = "memref.copy to linalg.copy (loops, not calls to the memrefCopy runtime); self-copies erased"
 
     def run(self, module_op) -> None:
-        apply_patterns(module_op, {"memref.copy": _copy})
+        apply_patterns(module_op, {memref.CopyOp: _copy})
 
 
 def _copy(op, rewriter):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, math
 
 from ._pass import KinaPass
 from ._util import NO_MATCH, apply_patterns
@@ -38,7 +38,7 @@ class ExpToArith(KinaPass):
     optimisation = True
 
     def run(self, module_op) -> None:
-        apply_patterns(module_op, {"math.exp": _exp})
+        apply_patterns(module_op, {math.ExpOp: _exp})
 
 
 def _exp(op, rewriter):

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import tensor
+from mlir.dialects import linalg, tensor
 
 from ..irbuild import DYN, generic, mac, matmul_maps, slice_args
 from ._pass import KinaPass
@@ -49,7 +49,7 @@ class FuseConcatMatmul(KinaPass):
     optimisation = True
 
     def run(self, module_op) -> None:
-        apply_patterns(module_op, {"linalg.generic": _pattern})
+        apply_patterns(module_op, {linalg.GenericOp: _pattern})
 
 
 def _pattern(op, rewriter):
@@ -69,10 +69,10 @@ def _mixed(op, name: str) -> list:
 def _concat_parts(value: ir.Value):
     """The insert_slice ops (first to last) and the tensor.empty that build `value`, if it is a concat."""
     parts = []
-    while isinstance(value, ir.OpResult) and value.owner.name == "tensor.insert_slice":
+    while isinstance(value, ir.OpResult) and isinstance(value.owner, tensor.InsertSliceOp):
         parts.append(value.owner)
         value = value.owner.operands[1]  # the destination
-    if not parts or not isinstance(value, ir.OpResult) or value.owner.name != "tensor.empty":
+    if not parts or not isinstance(value, ir.OpResult) or not isinstance(value.owner, tensor.EmptyOp):
         return None
     return parts[::-1], value.owner
 

@@ -65,7 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, memref, scf, vector
+from mlir.dialects import arith, linalg, memref, scf, vector
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
@@ -111,7 +111,7 @@ class MatmulLoops(KinaPass):
             with rewriter.ip, op.location:
                 _emit(op, self, 1 if kind == "fused" else self.unroll)
             rewriter.erase_op(op.operation)
-        apply_patterns(module_op, {"linalg.generic": matmul})
+        apply_patterns(module_op, {linalg.GenericOp: matmul})
 
 
 def _kind(op) -> str | None:

@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import linalg
+from mlir.dialects import bufferization, func, linalg, tensor
 
 from ._pass import KinaPass
 from ._util import NO_MATCH, apply_patterns, iterators_of, maps_of
 
-_SINKS = ("bufferization.materialize_in_destination", "func.return")
+_SINKS = (bufferization.MaterializeInDestinationOp, func.ReturnOp)  # a result read by one keeps its init
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ReuseDyingOperands(KinaPass):
     optimisation = True
 
     def run(self, module_op) -> None:
-        apply_patterns(module_op, {"linalg.generic": _reuse})
+        apply_patterns(module_op, {linalg.GenericOp: _reuse})
 
 
 def _op(user):
@@ -75,11 +75,11 @@ def _dying_operand(op) -> ir.Value | None:
     if len(outs) != 1 or len(op.results) != 1 or set(iterators_of(op)) != {"parallel"}:
         return None
     init, result = outs[0], op.results[0]
-    if not isinstance(init, ir.OpResult) or init.owner.name != "tensor.empty":
+    if not isinstance(init, ir.OpResult) or not isinstance(init.owner, tensor.EmptyOp):
         return None
     if list(op.regions[0].blocks[0].arguments[len(ins)].uses):  # the body reads the init's elements
         return None
-    if any(_op(u.owner).name in _SINKS for u in result.uses):
+    if any(isinstance(_op(u.owner).opview, _SINKS) for u in result.uses):
         return None
     identity = ir.AffineMap.get_identity(result.type.rank)
     for value, m in zip(ins, maps_of(op)):
@@ -91,7 +91,7 @@ def _dying_operand(op) -> ir.Value | None:
 def _dies_at(value: ir.Value, op) -> bool:
     """Is `value` computed by an op (not a block argument, not a parameter's
     to_tensor) and read by nothing after `op` in its block?"""
-    if not isinstance(value, ir.OpResult) or value.owner.name == "bufferization.to_tensor":
+    if not isinstance(value, ir.OpResult) or isinstance(value.owner, bufferization.ToTensorOp):
         return False
     for use in value.uses:
         user = _op(use.owner)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, memref, vector
+from mlir.dialects import arith, linalg, memref, vector
 
 from ..irbuild import affine_map, index
 from ._pass import KinaPass, option
@@ -56,7 +56,7 @@ class SumLoops(KinaPass):
             with rewriter.ip, op.location:
                 _emit(op, self.vector_bytes)
             rewriter.erase_op(op.operation)
-        apply_patterns(module_op, {"linalg.generic": sum_pattern})
+        apply_patterns(module_op, {linalg.GenericOp: sum_pattern})
 
 
 def _is_sum(op) -> bool:
