@@ -126,6 +126,21 @@ def test_kina_pass_that_raises_is_an_internal_error(src, monkeypatch, capsys):
     assert "--passes abi" in reproducer_path(err).read_text()
 
 
+def test_kina_pass_that_refuses_the_reference_ir_is_an_internal_error(src, monkeypatch, capsys):
+    """A refusal (`Unsupported`) is the user's error in kinac opt, but in a build the
+    IR is kinac's own: an internal error naming the pass, the op's place and why."""
+    from kina.ir.passes import Unsupported
+
+    def refuse(self, module_op):
+        raise Unsupported(module_op.regions[0].blocks[0].operations[0], "cannot take this on purpose")
+    monkeypatch.setattr(abi.Abi, "run", refuse)
+    status, err = run(capsys, src, "--emit", "abi")
+    assert status == 2, err
+    assert err.startswith(f"kinac: internal compiler error: pass 'abi' cannot take {src}: {src}:1:"), err
+    assert "error: abi: cannot take this on purpose" in err
+    assert "--passes abi" in reproducer_path(err).read_text()
+
+
 def test_failing_upstream_pass_names_its_pipeline(src, monkeypatch, capsys):
     # Without the abi pass the function keeps tensor parameters; one-shot bufferization
     # leaves to_buffer ops on them that the deallocate pipeline cannot legalize.

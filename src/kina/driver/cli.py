@@ -219,7 +219,7 @@ def _opt_one(args, chosen: list, text: str, section: str | None) -> tuple[str, b
             if loc is None:
                 print(f"kinac opt: error: {e.message}", file=sys.stderr)
             else:
-                print(KinaError(loc, e.message, source=text if loc.file == args.file else None)
+                print(KinaError(loc, e.message, source=text if loc.file in (args.file, "<stdin>") else None)
                       .render(color=use_color(sys.stderr)), file=sys.stderr)
             return "", True
     return print_ir(module, args.locs), False
