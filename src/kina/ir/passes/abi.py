@@ -26,7 +26,7 @@ computed here escapes or leaks. A result is computed straight into its buffer:
 the `tensor.empty` it is built on (followed back through insert_slice
 destinations and linalg inits) becomes that buffer, a refinement of "undefined
 contents", so the final copy is onto itself and disappears. Exported names get the
-`kina_` prefix, so that a Kina function called `exp` or `free` cannot replace the
+`kina_` prefix (the `prefix` option; kina.runtime looks for kina_), so that a Kina function called `exp` or `free` cannot replace the
 libm/libc function the generated code calls.
 
 Preconditions (else a diagnostic at the function or call, `Unsupported`): every

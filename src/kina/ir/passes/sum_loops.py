@@ -10,10 +10,10 @@ becomes, per row,
     memref.store %t', %s[%r]
 
 A sum in loop order is one chain of dependent adds, as slow as the add latency.
-Here lane l of a vector of partial sums (the `vector-bytes` option wide) adds the elements
-at l, l + L, l + 2L, ... of the row's leading whole vectors; the lanes are then
-added pairwise (halves, then quarters, ...), that total is added to the output's
-initial value, and the remaining elements follow in order. Pairwise partial sums
+Here lane l of a vector of partial sums (`vector-bytes` wide, an option) adds
+the elements at l, l + L, l + 2L, ... of the row's leading whole vectors; the
+lanes are then added pairwise (halves, then quarters, ...), that total is added
+to the output's initial value, and the remaining elements follow in order. Pairwise partial sums
 are also more accurate than one running sum.
 
 Guarantees: the order is fixed by this code, not by LLVM, and is the same for
