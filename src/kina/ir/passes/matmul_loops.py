@@ -57,9 +57,8 @@ module with every matmul it can take as loops.
 Guarantees: only matmuls on memrefs whose operands share one element type (no
 F16/BF16 widening) and have a unit innermost stride are rewritten; the others
 (on tensors, widening, a non-strided layout) are left to convert-linalg-to-loops.
-The options change the loops, never the order of the sums (each element's adds stay
-in k order, by construction): any values give the
-same bits.
+The options change the loops, never the order of the sums (each element's adds
+stay in k order, by construction): any values give the same bits.
 """
 from __future__ import annotations
 
