@@ -146,9 +146,13 @@ def test_list_passes(capsys):
     from kina.ir.passes import PASSES
     rc, out, _ = main(capsys, "--list-passes")
     assert rc == 0
-    rows = out.splitlines()[1:]
+    rows = [r for r in out.splitlines()[1:] if r and not r[0].isspace() and not r.startswith("Options")]
     assert [r.split()[0] for r in rows] == [p.name for p in PASSES]
     assert all(r.split()[1] in ("kina", "upstream") for r in rows)
+    # each pass's options follow its row, with their defaults
+    assert re.search(r"^matmul-loops .*\n(\s+.*\n)*\s+unroll=8: ", out, re.M), out
+    assert re.search(r"^sum-loops .*\n\s+vector-bytes=256: ", out, re.M), out
+    assert "--passes 'matmul-loops{unroll=4},sum-loops'" in out
 
 
 def test_emit_to_llvm(capsys, example):
@@ -235,7 +239,7 @@ def test_print_ir_after_all(example):
     assert proc.returncode == 0
     assert "llvm.func @kina_kv_step" in proc.stdout
     for p in PASSES:  # Kina's passes are printed as upstream ones are
-        if p.module:
+        if p.kind == "kina":
             assert f"// -----// IR Dump After {p.name} ({p.name}) //----- //" in proc.stderr, p.name
     assert "IR Dump After OneShotBufferize" in proc.stderr
 

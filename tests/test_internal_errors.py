@@ -96,7 +96,7 @@ def test_reference_ir_that_does_not_verify_is_an_internal_error(src, monkeypatch
 
 
 def test_kina_pass_that_breaks_the_ir_is_named_and_reproducible(src, monkeypatch, capsys):
-    monkeypatch.setattr(copies_to_linalg, "run", _erase_returns)
+    monkeypatch.setattr(copies_to_linalg.CopiesToLinalg, "run", lambda self, module_op: _erase_returns(module_op))
     status, err = run(capsys, src, "--emit", "so")
     assert status == 2, err
     assert err.startswith("kinac: internal compiler error: pass 'copies-to-linalg' failed"), err
@@ -117,19 +117,34 @@ def test_kina_pass_that_breaks_the_ir_is_named_and_reproducible(src, monkeypatch
 
 
 def test_kina_pass_that_raises_is_an_internal_error(src, monkeypatch, capsys):
-    def explode(module_op):
+    def explode(self, module_op):
         raise KeyError("no such op")
-    monkeypatch.setattr(abi, "run", explode)
+    monkeypatch.setattr(abi.Abi, "run", explode)
     status, err = run(capsys, src, "--emit", "abi")
     assert status == 2, err
     assert err.startswith("kinac: internal compiler error: pass 'abi' raised KeyError"), err
     assert "--passes abi" in reproducer_path(err).read_text()
 
 
+def test_kina_pass_that_refuses_the_reference_ir_is_an_internal_error(src, monkeypatch, capsys):
+    """A refusal (`Unsupported`) is the user's error in kinac opt, but in a build the
+    IR is kinac's own: an internal error naming the pass, the op's place and why."""
+    from kina.ir.passes import Unsupported
+
+    def refuse(self, module_op):
+        raise Unsupported(module_op.regions[0].blocks[0].operations[0], "cannot take this on purpose")
+    monkeypatch.setattr(abi.Abi, "run", refuse)
+    status, err = run(capsys, src, "--emit", "abi")
+    assert status == 2, err
+    assert err.startswith(f"kinac: internal compiler error: pass 'abi' cannot take {src}: {src}:1:"), err
+    assert "error: abi: cannot take this on purpose" in err
+    assert "--passes abi" in reproducer_path(err).read_text()
+
+
 def test_failing_upstream_pass_names_its_pipeline(src, monkeypatch, capsys):
     # Without the abi pass the function keeps tensor parameters; one-shot bufferization
     # leaves to_buffer ops on them that the deallocate pipeline cannot legalize.
-    monkeypatch.setattr(abi, "run", lambda module_op: None)
+    monkeypatch.setattr(abi.Abi, "run", lambda self, module_op: None)
     status, err = run(capsys, src, "--emit", "to-llvm")
     assert status == 2, err
     assert err.startswith("kinac: internal compiler error: pass 'deallocate' failed"), err

@@ -4,6 +4,7 @@ failing CHECK fails `make test` with lit's output (the command it ran and
 FileCheck's diagnostic) in the report.
 """
 import importlib.util
+import re
 import subprocess
 import sys
 
@@ -63,3 +64,33 @@ def test_a_check_that_cannot_match_fails(tmp_path):
     assert proc.returncode != 0, proc.stdout
     assert "FAIL: kina-passes :: never.mlir" in proc.stdout, proc.stdout
     assert "expected string not found in input" in proc.stdout + proc.stderr, proc.stdout
+
+
+def test_a_refused_input_is_exit_1_with_a_diagnostic_per_section(capsys):
+    """preconditions.mlir's abi sections: each refused at its op, exit 1 (a user's
+    error), never 2 (internal) or a traceback; the other sections still print."""
+    from kina.driver import cli
+    status = cli.main(["opt", str(SUITE / "preconditions.mlir"), "--split-input-file", "--passes", "abi"])
+    out = capsys.readouterr()
+    assert status == 1, out.err
+    assert len(re.findall(r"^\S+preconditions\.mlir:\d+:\d+: error: abi: ", out.err, re.M)) == 7, out.err
+    assert "internal" not in out.err and "Traceback" not in out.err
+    assert "func.func @kina_leftover" not in out.out  # it returns a memref: refused too
+
+
+def test_options_are_the_passes_own_fields():
+    from kina.ir.passes import BY_NAME, PipelineError, parse
+    from kina.ir.passes.matmul_loops import MatmulLoops
+    chosen = parse("matmul-loops{unroll=4 vector-bytes=64},sum-loops,abi{prefix=x_}")
+    assert chosen[0] == MatmulLoops(unroll=4, vector_bytes=64) and chosen[1] is BY_NAME["sum-loops"]
+    assert [p.spec for p in chosen] == ["matmul-loops{unroll=4 vector-bytes=64}", "sum-loops", "abi{prefix=x_}"]
+    assert [o.name for o in MatmulLoops.options()][:2] == ["unroll", "vector-bytes"]
+    assert MatmulLoops.options()[0].default == 8 and MatmulLoops.options()[0].type is int
+    for bad, message in [("matmul-loops{unroll=0}", "matmul-loops: option 'unroll': expected an integer from 1 to 64, got 0"),
+                         ("sum-loops{vector-bytes}", "sum-loops: option 'vector-bytes': expected a power of two"),
+                         ("nope", "unknown pass 'nope': expected one of fuse-concat-matmul,"),
+                         ("", "no pass given")]:
+        with pytest.raises(PipelineError, match=re.escape(message)):
+            parse(bad)
+    with pytest.raises(PipelineError, match="got 0"):  # made directly, the same check
+        MatmulLoops(unroll=0)

@@ -1,6 +1,10 @@
 // RUN: kinac opt %s --passes abi | FileCheck %s
 // A function that already has the C interface is left alone, so a second run changes nothing:
 // RUN: kinac opt %s --passes abi,abi | FileCheck %s
+// The prefix is an option (kina.runtime looks for the default, kina_):
+// RUN: kinac opt %s --passes 'abi{prefix=my_}' | FileCheck %s --check-prefix=PREFIX
+// PREFIX: func.func @my_neg(
+// PREFIX-NOT: @kina_
 
 // Each func.func @f(tensors) -> (tensors) becomes @kina_f(memrefs..., out-memrefs...)
 // with llvm.emit_c_interface and no results: parameters are read through

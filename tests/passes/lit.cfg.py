@@ -22,3 +22,7 @@ config.test_exec_root = os.path.normpath(os.path.join(os.path.dirname(__file__),
 # Tool names as whole words, so that a path or a CHECK line that merely contains them is left alone.
 config.substitutions.append((r"\bkinac\b", os.path.join(os.path.dirname(sys.executable), "kinac")))
 config.substitutions.append((r"\bFileCheck\b", toolchain.find("FileCheck")))
+# lit runs each test in a clean environment: keep PYTHONPATH, so that a worktree's
+# own sources (PYTHONPATH=src) are the ones `kinac` runs, not the installed ones
+if "PYTHONPATH" in os.environ:
+    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]

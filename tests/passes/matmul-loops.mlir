@@ -372,3 +372,56 @@ func.func @strided_rhs(%q: memref<1x4xf32>, %k: memref<4x64xf32, strided<[1, 4]>
   }
   return
 }
+
+// A matmul is recognised from its structure: matmul maps and iterators, and a body
+// that is an addf of the accumulator and a mulf of the two operands, in either
+// operand order (IEEE add and mul commute exactly, so the sums are the same).
+// CHECK-LABEL: func.func @commuted(
+// CHECK-NOT:     linalg.generic
+// CHECK:         vector.load
+// CHECK:         return
+func.func @commuted(%q: memref<1x16xf32>, %k: memref<16x40xf32>, %acc: memref<1x40xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x16xf32>, memref<16x40xf32>) outs(%acc : memref<1x40xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %y, %x : f32
+    %r = arith.addf %m, %s : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// The same maps with another body are not matmuls: a subf, a product added to
+// itself, an extra op in the body; each is left to convert-linalg-to-loops.
+// CHECK-LABEL: func.func @not_matmuls(
+// CHECK-NOT:     scf.for
+// CHECK:         arith.subf
+// CHECK:         arith.addf %[[P:.+]], %[[P]] : f32
+// CHECK:         arith.negf
+// CHECK-NOT:     scf.for
+// CHECK:         return
+func.func @not_matmuls(%q: memref<1x16xf32>, %k: memref<16x40xf32>, %acc: memref<1x40xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x16xf32>, memref<16x40xf32>) outs(%acc : memref<1x40xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.subf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x16xf32>, memref<16x40xf32>) outs(%acc : memref<1x40xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %m, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %k : memref<1x16xf32>, memref<16x40xf32>) outs(%acc : memref<1x40xf32>) {
+  ^bb0(%x: f32, %y: f32, %s: f32):
+    %m = arith.mulf %x, %y : f32
+    %n = arith.negf %m : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}

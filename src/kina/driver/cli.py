@@ -3,7 +3,7 @@
     kinac FILE.kina [-o OUT] [--emit STAGE] [--dump-dir DIR] [--print-ir-after-all]
                     [--cpu CPU] [--locs] [-O N] [--dtype T=DTYPE ...] [--dim NAME=N ...]
     kinac --list-passes
-    kinac opt FILE.mlir --passes NAME[,NAME...] [-o OUT] [--print-ir-after-all] [--locs]
+    kinac opt FILE.mlir --passes 'NAME[{OPT=VALUE ...}][,NAME...]' [-o OUT] [--print-ir-after-all] [--locs]
     kinac run FILE.kina [--fn NAME] [--input NAME=@FILE.npy|NAME=NUMBER ...] [--dim NAME=N ...]
                         [--seed N] [--interpret | --compare] [--output-dir DIR]
     kinac bench FILE.kina [--fn NAME] [--input ...] [--dim NAME=N ...] [--seed N] [--repeats N]
@@ -15,7 +15,8 @@ for `run` and `bench`). `run` takes every parameter from `--input` or none (then
 seeded random inputs); `--compare` runs compiled and interpreted and prints their
 largest differences; `--output-dir` writes the results as .npy files.
 
-Exit status: 0 on success, 1 for a user's error (bad source, missing file),
+Exit status: 0 on success, 1 for a user's error (bad source, missing file, IR
+that `kinac opt`'s passes cannot take, an unknown pass or option),
 2 for an internal compiler error or a failing external tool. A user's error is
 printed as `FILE:LINE:COL: error: ...` with the source line and a caret, never
 as a Python traceback.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shutil
 import sys
 from importlib import metadata
@@ -56,7 +58,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output path (default: the .so next to the source; text stages print)")
     p.add_argument("--emit", choices=STAGE_NAMES, default="so", metavar="STAGE",
                    help="stop after this stage (or pass) and emit its output: " + ", ".join(STAGE_NAMES))
-    p.add_argument("--list-passes", action="store_true", help="print the pass table and exit")
+    p.add_argument("--list-passes", action="store_true", help="print the pass table, with each pass's options and their defaults, and exit")
     p.add_argument("--dump-dir", help="write every stage's output, numbered, into this folder")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every MLIR pass (stderr)")
     p.add_argument("--cpu", default="native",
@@ -153,43 +155,81 @@ def _assignments(flag: str, items: list[str], kind) -> dict:
 
 def opt_main(argv: list[str]) -> int:
     """`kinac opt`: run named passes on MLIR text and print the result, like mlir-opt."""
-    from ..ir.passes import BY_NAME, PASSES
     p = argparse.ArgumentParser(prog="kinac opt", description="Run kinac's passes on an MLIR file and print the result.")
     p.add_argument("file", help="the .mlir file ('-' for stdin)")
-    p.add_argument("--passes", required=True, help="comma-separated pass names, in order (see kinac --list-passes)")
+    p.add_argument("--passes", required=True, metavar="PASS[{OPT=V ...}],...",
+                   help="passes in order, with options as in mlir-opt: 'matmul-loops{unroll=4},sum-loops' "
+                        "(see kinac --list-passes)")
     p.add_argument("-o", "--output", help="write the result here instead of stdout")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     p.add_argument("--locs", action="store_true", help="print source locations")
+    p.add_argument("--split-input-file", action="store_true",
+                   help="run the passes on each '// -----' section alone, as mlir-opt does (negative tests)")
+    p.add_argument("--allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
     args = p.parse_args(argv)
-    names = [n.strip() for n in args.passes.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BY_NAME]
-    if unknown or not names:
-        print(f"kinac opt: error: unknown pass {', '.join(map(repr, unknown)) or '(none given)'}: "
-              f"expected names from {', '.join(q.name for q in PASSES)}", file=sys.stderr)
+    from ..ir.passes import PipelineError, parse
+    try:
+        chosen = parse(args.passes)
+    except PipelineError as e:
+        print(f"kinac opt: error: {e}", file=sys.stderr)
         return 1
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     except OSError as e:
         print(f"kinac opt: error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 1
-    from mlir import ir
-    from . import pipeline
-    from ..ir.irbuild import print_ir
-    ctx = ir.Context()
-    try:
-        module = ir.Module.parse(text, ctx)
-    except ir.MLIRError as e:
-        print(f"kinac opt: error: {args.file} is not valid MLIR:\n{e}", file=sys.stderr)
-        return 1
-    for i, name in enumerate(names):
-        pipeline.apply_pass(module, BY_NAME[name], args.print_ir_after_all, args.file, pipeline.replay_passes(
-            lambda: ir.Module.parse(text, ir.Context()), [BY_NAME[n] for n in names[:i]]))
-    out = print_ir(module, args.locs)
+    if not args.split_input_file:
+        out, failed = _opt_one(args, chosen, text, None)
+    else:  # each section keeps its line numbers: it is parsed after as many blank lines as precede it
+        outs, failed, line = [], False, 0
+        for section in re.split(r"^// -----[^\n]*\n", text, flags=re.M):
+            result, bad = _opt_one(args, chosen, text, "\n" * line + section)
+            line += section.count("\n") + 1
+            failed |= bad
+            outs.append(result)
+        out = "// -----\n".join(o for o in outs if o)
     if args.output:
         Path(args.output).write_text(out)
     else:
         sys.stdout.write(out)
-    return 0
+    return 1 if failed else 0
+
+
+def _opt_one(args, chosen: list, text: str, section: str | None) -> tuple[str, bool]:
+    """Run `chosen` on the file's text (or on one `section` of it); returns the IR
+    printed (empty on failure) and whether it failed. A pass's diagnostic is printed
+    to stderr at the op it names, as mlir-opt prints it."""
+    from mlir import ir
+    from . import pipeline
+    from ..ir.irbuild import print_ir
+    from ..ir.passes import PassError
+
+    def parsed() -> ir.Module:  # locations name the file, as mlir-opt's do
+        ctx = ir.Context()
+        ctx.allow_unregistered_dialects = args.allow_unregistered_dialect
+        if section is None and args.file != "-":
+            return ir.Module.parseFile(args.file, ctx)
+        return ir.Module.parse(text if section is None else section, ctx)
+    try:
+        module = parsed()
+    except ir.MLIRError as e:
+        print(f"kinac opt: error: {args.file} is not valid MLIR:\n{e}", file=sys.stderr)
+        return "", True
+    for i, p in enumerate(chosen):
+        try:
+            pipeline.apply_pass(module, p, args.print_ir_after_all, args.file,
+                                pipeline.replay_passes(parsed, chosen[:i]), users_ir=True)
+        except PassError as e:  # the IR is the user's: a diagnostic at the op
+            loc = e.loc
+            if loc is not None and loc.file == "-":  # parsed from text: the file it came from
+                loc = dataclasses.replace(loc, file=args.file if args.file != "-" else "<stdin>")
+            if loc is None:
+                print(f"kinac opt: error: {e.message}", file=sys.stderr)
+            else:
+                print(KinaError(loc, e.message, source=text if loc.file in (args.file, "<stdin>") else None)
+                      .render(color=use_color(sys.stderr)), file=sys.stderr)
+            return "", True
+    return print_ir(module, args.locs), False
 
 
 def run_main(argv: list[str], bench: bool = False) -> int:

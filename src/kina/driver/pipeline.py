@@ -5,9 +5,9 @@
 (`STAGE_NAMES` is the whole list; `kinac --list-passes` prints the passes.) Each
 stage is a small function from one representation to the next: the front
 end (`ast`, `typed`), the reference IR (`mlir`), then one stage per pass of
-the pass table (the passes marked `optimisation` are skipped at -O0), then
-LLVM IR, the object file and the .so. `--emit X` stops after stage X (any pass
-included); `--dump-dir` writes every stage's output, numbered. A build that goes
+`kina.ir.passes.PASSES` (those `passes.selected` leaves out, at -O0 the
+optimisations, are skipped), then LLVM IR, the object file and the .so. `--emit X`
+stops after stage X (any pass included); `--dump-dir` writes every stage's output, numbered. A build that goes
 past the MLIR stages starts `opt` and `llc` once the program has type-checked,
 reading stdin, so that their start (loading LLVM) overlaps the lowering and the
 passes; each gets its input when its stage comes, and is killed if the build ends
@@ -41,7 +41,7 @@ from .. import __version__
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
-from ..ir.passes import PASSES, Pass
+from ..ir.passes import PASSES, Pass, PassError, selected, source_loc
 from . import toolchain, translate
 
 def _default_opt_level() -> int:
@@ -82,6 +82,12 @@ class Build:
     obj: bytes = b""
     so_path: Path | None = None
     started: dict = field(default_factory=dict)  # tool name -> toolchain.Started, waiting for its input
+
+    @property
+    def passes(self) -> list[Pass]:
+        """The passes this build runs, in order: `passes.selected`, the one place that
+        says which (at -O0 none of the optimisations)."""
+        return selected(self.options.opt_level)
 
     @property
     def target_cpu(self) -> str:
@@ -125,19 +131,36 @@ def _stage_mlir(b: Build) -> None:
 
 
 def apply_pass(module, p: Pass, print_ir: bool = False, what: str = "the generated MLIR",
-               replay: Callable[[], Any] | None = None) -> None:
+               replay: Callable[[], Any] | None = None, users_ir: bool = False) -> None:
     """Run pass `p` on `module`; a failure (or invalid IR after it) is an
     InternalError naming the pass, with a reproducer: its input, and the command
     that reruns it alone. `replay()` rebuilds that input (a module, as it was before
-    `p`) when it is needed, so that a build that succeeds never prints its IR."""
+    `p`) when it is needed, so that a build that succeeds never prints its IR.
+
+    With `users_ir` (kinac opt: the IR is the user's, not kinac's) a pass that
+    refuses its input raises `PassError`, the user's to fix, and so does an
+    upstream pipeline that fails on it; a Kina pass that raises or leaves invalid
+    IR is still an internal error."""
     from mlir import ir
     try:
         p.apply(module, print_ir)
+    except PassError as e:
+        if users_ir:
+            raise
+        why = f"cannot take {what}: {e}"
+    except ir.MLIRError as e:
+        if users_ir and p.kind == "upstream":  # mlir-opt's own diagnostic, at its op
+            first = e.error_diagnostics[0] if e.error_diagnostics else None
+            raise PassError(p.name, first and source_loc(first.location),
+                            f"{p.name}: {first.message if first else e}") from None
+        why = f"failed on {what}:\n{e}"
     except Exception as e:  # a Kina pass that raises is a bug in that pass
-        why = f"failed on {what}:\n{e}" if isinstance(e, ir.MLIRError) else f"raised {type(e).__name__}: {e}"
-        before = replay().operation.get_asm(enable_debug_info=True, use_name_loc_as_prefix=True) if replay else \
-            "// (the pass's input could not be rebuilt)\n"
-        raise InternalError(f"pass '{p.name}' {why}", _reproducer(what, before, p)) from None
+        why = f"raised {type(e).__name__}: {e}"
+    else:
+        return
+    before = replay().operation.get_asm(enable_debug_info=True, use_name_loc_as_prefix=True) if replay else \
+        "// (the pass's input could not be rebuilt)\n"
+    raise InternalError(f"pass '{p.name}' {why}", _reproducer(what, before, p)) from None
 
 
 def replay_passes(start: Callable[[], Any], passes: list[Pass]) -> Callable[[], Any]:
@@ -152,11 +175,10 @@ def replay_passes(start: Callable[[], Any], passes: list[Pass]) -> Callable[[], 
 
 def _pass_stage(p: Pass) -> Callable[[Build], None]:
     def stage(b: Build) -> None:
-        if b.options.opt_level > 0 or not p.optimisation:
+        if p in b.passes:  # else skipped at this level
             from ..ir import lower
-            ran = [q for q in PASSES[:PASSES.index(p)] if b.options.opt_level > 0 or not q.optimisation]
             apply_pass(b.module, p, b.options.print_ir_after_all, b.filename,
-                       replay_passes(lambda: lower.lower(b.program), ran))
+                       replay_passes(lambda: lower.lower(b.program), b.passes[:b.passes.index(p)]))
     stage.__doc__ = p.summary
     return stage
 
@@ -274,14 +296,14 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
 
 
 def _run(b: Build, source, until: str, dump_dir: Path | None) -> None:
+    skipped = {p.name for p in PASSES} - {p.name for p in b.passes}
     for i, (name, stage) in enumerate(STAGES):
         stage(b)
         if name == "ast" and isinstance(source, bytes):
             b.source = b.program.source
         if name == "typed":  # the program is valid: start the LLVM tools the build will need
             _start_tools(b, until)
-        skipped = name in PASS_NAMES and b.options.opt_level == 0 and PASSES[PASS_NAMES.index(name)].optimisation
-        if dump_dir is not None and not skipped:
+        if dump_dir is not None and name not in skipped:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
             out = _render(b, name)
             path = Path(dump_dir) / f"{i:02d}-{name}.{DUMP_EXT[name]}"
@@ -297,8 +319,9 @@ def _reproducer(what: str, mlir_text: str, p: Pass | None = None) -> str:
         if p is None:
             f.write(f"// Run: mlir-opt {path} --verify-diagnostics\n")
         else:
-            f.write(f"// The input of pass '{p.name}'. Run: kinac opt {path} --passes {p.name}\n")
-            if p.pipeline:
+            spec = f"'{p.spec}'" if "{" in p.spec else p.spec
+            f.write(f"// The input of pass '{p.name}'. Run: kinac opt {path} --passes {spec}\n")
+            if p.kind == "upstream":
                 f.write(f"// or: mlir-opt {path} --pass-pipeline='builtin.module({p.pipeline})'\n")
         f.write(mlir_text)
     return path

@@ -2,7 +2,7 @@
 
     lower.py    ast.Program -> the reference IR (upstream dialects on tensors)
     irbuild.py  builders of that IR's ops, shared by the lowering and the passes
-    passes/     the pass table, one module per Kina pass
+    passes/     the pass table (__init__.py), what a pass is (_pass.py), one module per Kina pass
 
-Everything here imports `mlir` (the pass table itself only when a pass runs).
+Everything here imports `mlir`.
 """

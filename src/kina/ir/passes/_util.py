@@ -1,31 +1,31 @@
-"""Helpers shared by Kina's passes: walking and rewriting ops, recognising the
-linalg forms `kina.ir.lower` emits, and building loops. No pass logic lives here."""
+"""Helpers shared by Kina's passes: applying rewrite patterns, recognising the
+linalg forms `kina.ir.lower` emits (structurally: indexing maps, iterator types,
+and a body's op kinds and wiring), and building loops. No pass logic lives here."""
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, memref, scf
+from mlir.dialects import arith, func, linalg, memref, scf
+from mlir.rewrite import RewritePatternSet, walk_and_apply_patterns
 
 from ..irbuild import DYN, index, matmul_maps
 
 
-def rewrite_each(module_op, match, rewrite) -> int:
-    """For every op under `module_op` that `match(op)` gives a truthy answer, build
-    `rewrite(op, answer)` in its place (at its location), then erase the op.
-    Returns how many were rewritten."""
-    found = []
+# What a pattern returns when it does not match: the bindings map a truthy return
+# to a failed match (LogicalResult failure) and None to a rewrite.
+NO_MATCH = True
 
-    def visit(op):
-        answer = match(op)
-        if answer:
-            found.append((op, answer))
-        return ir.WalkResult.ADVANCE
 
-    module_op.walk(visit)
-    for op, answer in found:
-        with ir.InsertionPoint(op), op.location:
-            rewrite(op, answer)
-        op.erase()
-    return len(found)
+def apply_patterns(module_op, patterns: dict) -> None:
+    """Apply rewrite patterns to every op under `module_op` in one walk (the bindings'
+    `walk_and_apply_patterns`: no fixpoint, no folding, so nothing but the matched ops
+    changes). `patterns` maps an op class (`linalg.GenericOp`) to `fn(op, rewriter)`,
+    which gets the op as that class and either returns `NO_MATCH` or rewrites it
+    through the `PatternRewriter` (building at `rewriter.ip`, then `replace_op` or
+    `erase_op`) and returns None."""
+    patterns_set = RewritePatternSet()
+    for root, fn in patterns.items():
+        patterns_set.add(root, fn)
+    walk_and_apply_patterns(module_op, patterns_set.freeze())
 
 
 def maps_of(op) -> list[ir.AffineMap]:
@@ -37,30 +37,54 @@ def iterators_of(op) -> list[str]:
     return [str(a).removeprefix("#linalg.iterator_type<").removesuffix(">") for a in op.attributes["iterator_types"]]
 
 
+def _defining(value: ir.Value, kind):
+    """The op of class `kind` (an OpView class) that defines `value`, or None."""
+    if not isinstance(value, ir.OpResult):
+        return None
+    op = value.owner.opview
+    return op if isinstance(op, kind) else None
+
+
+def _same_pair(got, want) -> bool:
+    """Are the two operands `got` the values `want`, in either order (the op commutes exactly)?"""
+    got = list(got)
+    return got == list(want) or got == list(want)[::-1]
+
+
 def _is_mac(block, x, y, acc) -> bool:
-    """Is `block`'s body `yield acc + x * y` as `irbuild.mac` builds it (x, y extended when narrow)?"""
-    body = list(block.operations)
-    names = [o.name for o in body]
-    if names == ["arith.extf", "arith.extf", "arith.mulf", "arith.addf", "linalg.yield"]:
-        ex, ey, mul, add = body[:4]
-        if list(ex.operands) != [x] or list(ey.operands) != [y]:
-            return False
-        x, y, body = ex.result, ey.result, body[2:]
-    elif names != ["arith.mulf", "arith.addf", "linalg.yield"]:
+    """Is `block` `yield acc + x * y` (x and y each widened by an `arith.extf` when
+    narrow, as `irbuild.mac` builds it), and nothing else? Read from the op kinds and
+    how they are wired: the yield's first value is an addf of `acc` and a mulf, whose
+    operands are x and y, or the extf's of x and y. IEEE add and mul commute exactly,
+    so either operand order is the same sum."""
+    ops = list(block.operations)
+    yielded = list(ops[-1].operands)
+    add = _defining(yielded[0], arith.AddFOp) if yielded else None
+    if add is None or acc not in (add.lhs, add.rhs):
         return False
-    mul, add = body[0], body[1]
-    return list(mul.operands) == [x, y] and list(add.operands) == [acc, mul.result] and \
-        list(body[2].operands)[0] == add.result
+    mul = _defining(add.rhs if add.lhs == acc else add.lhs, arith.MulFOp)
+    if mul is None or not _same_pair([add.lhs, add.rhs], [acc, mul.result]):
+        return False
+    if _same_pair([mul.lhs, mul.rhs], [x, y]):
+        return len(ops) == 3  # mulf, addf, yield
+    ex, ey = _defining(mul.lhs, arith.ExtFOp), _defining(mul.rhs, arith.ExtFOp)
+    if ex is None or ey is None:
+        return False
+    if (ex.in_, ey.in_) not in ((x, y), (y, x)):
+        return False
+    return len(ops) == 5  # extf, extf, mulf, addf, yield
 
 
 def matmul_form(op) -> str | None:
-    """"plain" for a linalg.generic exactly as `lower` emits a matmul (ins (b..., i, k)
-    and (b..., k, j), out (b..., i, j), body `irbuild.mac`), on tensors or memrefs;
+    """"plain" for a linalg.generic that is a matmul as `lower` emits it, recognised
+    from its structure (ins (b..., i, k) and (b..., k, j), out (b..., i, j), iterators
+    (parallel..., parallel, reduction, parallel), a body that is `acc + x * y` by op
+    kinds and wiring, `_is_mac`), on tensors or memrefs;
     "broadcast" for the same with broadcast batch dims (`lower.broadcast_matmul_maps`:
     an operand's batch dims each read a batch index or 0, `batch_indices`);
     "fused" for a plain one with a second out (b..., k, j) that receives y, as
     fuse-concat-matmul makes it; None for anything else."""
-    if op.name != "linalg.generic":
+    if not isinstance(op.opview, linalg.GenericOp):
         return None
     ins, outs = list(op.opview.inputs), list(op.opview.outputs)
     if len(ins) != 2 or len(outs) not in (1, 2):
@@ -105,9 +129,19 @@ def batch_indices(m: ir.AffineMap, nb: int, side: str) -> list[int | None] | Non
     return out
 
 
+def unit_innermost(t: ir.Type) -> bool:
+    """Is `t` a ranked memref with a strided layout whose innermost stride is 1?"""
+    if not isinstance(t, ir.MemRefType) or t.rank == 0:
+        return False
+    try:
+        return t.get_strides_and_offset()[0][-1] == 1
+    except RuntimeError:  # a layout that is not strided
+        return False
+
+
 def functions(module_op) -> list:
     """The func.func ops at the top of `module_op`."""
-    return [op for op in module_op.regions[0].blocks[0].operations if op.operation.name == "func.func"]
+    return [op for op in module_op.regions[0].blocks[0].operations if isinstance(op, func.FuncOp)]
 
 
 # -- loops -------------------------------------------------------------------------

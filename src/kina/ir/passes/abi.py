@@ -26,18 +26,78 @@ computed here escapes or leaks. A result is computed straight into its buffer:
 the `tensor.empty` it is built on (followed back through insert_slice
 destinations and linalg inits) becomes that buffer, a refinement of "undefined
 contents", so the final copy is onto itself and disappears. Exported names get the
-`kina_` prefix, so that a Kina function called `exp` or `free` cannot replace the
+`kina_` prefix (the `prefix` option; kina.runtime looks for kina_), so that a Kina function called `exp` or `free` cannot replace the
 libm/libc function the generated code calls.
+
+Preconditions (else a diagnostic at the function or call, `Unsupported`): every
+function not yet converted takes and returns ranked tensors only, has one block
+ending in its return, is not called by another, and its new name is free.
 """
 from __future__ import annotations
 
-from mlir import ir
-from mlir.dialects import bufferization, func
+from dataclasses import dataclass
 
+from mlir import ir
+from mlir.dialects import bufferization, func, tensor
+
+from ._pass import KinaPass, Unsupported, option
 from ._util import functions
 
-SYMBOL_PREFIX = "kina_"
 DYN_STRIDE = ir.ShapedType.get_dynamic_stride_or_offset()
+
+
+def _symbol_prefix(text: str) -> bool:
+    return text.replace("_", "a").isalnum() and not text[:1].isdigit()
+
+
+@dataclass(frozen=True)
+class Abi(KinaPass):
+    name = "abi"
+    summary = ("the C boundary: memref parameters (any outer strides, unit innermost stride), one out-buffer "
+               "per result that the result is computed in, the kina_ prefix, llvm.emit_c_interface")
+    prefix: str = option("kina_", "the prefix of every exported name (kina.runtime looks for kina_)",
+                         check=_symbol_prefix, expected="letters, digits and '_', not starting with a digit")
+
+    def run(self, module_op) -> None:
+        todo = [fn for fn in functions(module_op) if "llvm.emit_c_interface" not in fn.attributes]
+        names = {fn.sym_name.value for fn in functions(module_op)}
+        called = _callees(module_op)
+        for fn in todo:
+            _check(fn, self.prefix, names, called)
+        for fn in todo:
+            _convert(fn, self.prefix)
+
+
+def _callees(module_op) -> dict:
+    """The functions that a `func.call` names: name -> the first call."""
+    calls = {}
+
+    def visit(op):
+        if isinstance(op.opview, func.CallOp):
+            calls.setdefault(op.attributes["callee"].value, op)
+        return ir.WalkResult.ADVANCE
+    module_op.walk(visit)
+    return calls
+
+
+def _check(fn, prefix: str, names: set, called: dict) -> None:
+    """Raise `Unsupported` unless `fn` is what this pass takes: one block ending in its
+    return, ranked tensors in and out, not called, its new name free."""
+    name = fn.sym_name.value
+    ftype = fn.type
+    for t in [*ftype.inputs, *ftype.results]:
+        if not isinstance(t, ir.RankedTensorType):
+            kind = "scalars" if not isinstance(t, ir.ShapedType) else "values"
+            raise Unsupported(fn, f"cannot take a function over '{t}' {kind}: '{name}' must take and return "
+                                  "ranked tensors only (each becomes a memref at the C boundary)")
+    blocks = len(fn.regions[0].blocks)
+    if blocks != 1:
+        what = "a function declaration" if blocks == 0 else f"a function of {blocks} blocks"
+        raise Unsupported(fn, f"cannot take {what}: '{name}' must have a body of one block ending in its return")
+    if name in called:
+        raise Unsupported(called[name], f"cannot take a call of '{name}': its signature changes at the C boundary")
+    if prefix + name in names:
+        raise Unsupported(fn, f"cannot rename '{name}' to '{prefix + name}': that name is taken")
 
 
 def memref_type(t: ir.RankedTensorType) -> ir.MemRefType:
@@ -46,18 +106,12 @@ def memref_type(t: ir.RankedTensorType) -> ir.MemRefType:
     return ir.MemRefType.get(t.shape, t.element_type, ir.StridedLayoutAttr.get(DYN_STRIDE, strides))
 
 
-def run(module_op) -> None:
-    for fn in functions(module_op):
-        if "llvm.emit_c_interface" not in fn.attributes:
-            _convert(fn)
-
-
-def _convert(fn) -> None:
+def _convert(fn, prefix: str) -> None:
     ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
     name = ir.StringAttr(fn.attributes["sym_name"]).value
     old = fn.regions[0].blocks[0]
     with fn.location, ir.InsertionPoint(fn):
-        new = func.FuncOp(SYMBOL_PREFIX + name,
+        new = func.FuncOp(prefix + name,
                           ir.FunctionType.get([memref_type(t) for t in [*ftype.inputs, *ftype.results]], []))
         new.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
         outs = [ir.Location.name(f"out{i}", childLoc=fn.location) for i in range(len(ftype.results))]
@@ -93,12 +147,12 @@ def _base_empty(value: ir.Value):
     insert_slice destinations and the inits of linalg ops; None if there is none."""
     while isinstance(value, ir.OpResult):
         op = value.owner
-        if op.name == "tensor.empty":
+        if isinstance(op, tensor.EmptyOp):
             return op
-        if op.name == "tensor.insert_slice":
-            value = op.operands[1]
-        elif op.name.startswith("linalg.") and hasattr(op.opview, "outputs"):
-            value = list(op.opview.outputs)[value.result_number]
+        if isinstance(op, tensor.InsertSliceOp):
+            value = op.dest
+        elif op.name.startswith("linalg.") and hasattr(op, "outputs"):  # any linalg op with inits
+            value = list(op.outputs)[value.result_number]
         else:
             return None
     return None

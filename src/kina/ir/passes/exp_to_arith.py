@@ -12,6 +12,9 @@ libm's expf is a call that blocks vectorisation; a vector math library would giv
 the vectorised body and the scalar tail of a loop different bits. These are the
 same IEEE operations whether LLVM runs them on vectors or one at a time.
 
+In:  any module. Out: the same module with every scalar f32 `math.exp` expanded;
+other `math.exp` (f16, bf16, f64, vectors) are left as they are.
+
 Guarantees: <= 1 ulp from the exact e**x on every f32 (scripts/exp_accuracy.py
 checks all of [-104, 88.72]: max 0.982 ulp); e**-inf = 0, e**inf = inf, NaN stays
 NaN; every element gets the same bits for any size and target CPU. Without this
@@ -19,15 +22,30 @@ pass (-O0) exp is libm's expf, which may differ by an ulp.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, math
 
-from ._util import rewrite_each
+from ._pass import KinaPass
+from ._util import NO_MATCH, apply_patterns
 
 
-def run(module_op) -> None:
-    rewrite_each(module_op, lambda op: op.name == "math.exp" and op.results[0].type == ir.F32Type.get(),
-                 lambda op, _: op.results[0].replace_all_uses_with(exp_f32(op.operands[0])))
+@dataclass(frozen=True)
+class ExpToArith(KinaPass):
+    name = "exp-to-arith"
+    summary = "f32 math.exp to arith ops (<= 1 ulp), the same bits vectorised or not"
+    optimisation = True
+
+    def run(self, module_op) -> None:
+        apply_patterns(module_op, {math.ExpOp: _exp})
+
+
+def _exp(op, rewriter):
+    if op.results[0].type != ir.F32Type.get():
+        return NO_MATCH  # f16, bf16, f64 and vectors stay libm's
+    with rewriter.ip, op.location:
+        rewriter.replace_op(op, [exp_f32(op.operands[0])])
 
 
 def exp_f32(x: ir.Value) -> ir.Value:

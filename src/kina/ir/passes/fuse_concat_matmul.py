@@ -25,23 +25,38 @@ Guarantees: each output element still sums over k in ascending order with the sa
 body (`irbuild.mac`), so fused and unfused results are bit-identical. A concat is
 fused into at most one matmul, the first that reads it, and only when every other
 use of it comes later in the block (where the fused value dominates).
+
+In:  any module; before bufferization (on tensors). Out: the same module with
+each such matmul and concat fused; anything else is left as it is.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlir import ir
-from mlir.dialects import tensor
+from mlir.dialects import linalg, tensor
 
 from ..irbuild import DYN, generic, mac, matmul_maps, slice_args
-from ._util import functions, matmul_form
+from ._pass import KinaPass
+from ._util import NO_MATCH, apply_patterns, matmul_form
 
 
-def run(module_op) -> None:
-    for fn in functions(module_op):
-        block = fn.regions[0].blocks[0]
-        for op in list(block.operations):
-            found = _fusable(op)
-            if found:
-                _fuse(op, *found)
+@dataclass(frozen=True)
+class FuseConcatMatmul(KinaPass):
+    name = "fuse-concat-matmul"
+    summary = ("a one-row matmul that reads a concat along its column or contraction axis "
+               "also writes the concat: one pass over each operand")
+    optimisation = True
+
+    def run(self, module_op) -> None:
+        apply_patterns(module_op, {linalg.GenericOp: _pattern})
+
+
+def _pattern(op, rewriter):
+    found = _fusable(op)
+    if not found:
+        return NO_MATCH
+    _fuse(op, rewriter, *found)
 
 
 def _mixed(op, name: str) -> list:
@@ -54,10 +69,10 @@ def _mixed(op, name: str) -> list:
 def _concat_parts(value: ir.Value):
     """The insert_slice ops (first to last) and the tensor.empty that build `value`, if it is a concat."""
     parts = []
-    while isinstance(value, ir.OpResult) and value.owner.name == "tensor.insert_slice":
+    while isinstance(value, ir.OpResult) and isinstance(value.owner, tensor.InsertSliceOp):
         parts.append(value.owner)
         value = value.owner.operands[1]  # the destination
-    if not parts or not isinstance(value, ir.OpResult) or value.owner.name != "tensor.empty":
+    if not parts or not isinstance(value, ir.OpResult) or not isinstance(value.owner, tensor.EmptyOp):
         return None
     return parts[::-1], value.owner
 
@@ -84,14 +99,18 @@ def _axis(parts, rank: int) -> int | None:
 def _fusable(op):
     if matmul_form(op) != "plain":
         return None
-    lhs, rhs = list(op.opview.inputs)
+    lhs, rhs = list(op.inputs)
     if not isinstance(lhs.type, ir.RankedTensorType) or lhs.type.shape[-2] != 1 or lhs == rhs:
         return None
+    if not all(_mac_type(v.type.element_type) == op.outputs[0].type.element_type for v in (lhs, rhs)):
+        return None  # the fused body is `irbuild.mac`: it must give the accumulator's type
     found = _concat_parts(rhs)
     if found is None:
         return None
     parts, empty = found
     rank = lhs.type.rank
+    if any(p.operands[0].type.rank != rank for p in parts):  # a rank-reducing insert_slice
+        return None
     axis = _axis(parts, rank)
     if axis not in (rank - 1, rank - 2):
         return None
@@ -107,18 +126,23 @@ def _fusable(op):
     return parts, empty, axis
 
 
+def _mac_type(t: ir.Type) -> ir.Type:
+    """The type `irbuild.mac` multiplies in for operands of type `t` (f16 and bf16 widen to f32)."""
+    return t if isinstance(t, (ir.F32Type, ir.F64Type)) else ir.F32Type.get()
+
+
 def _slice(source: ir.Value, offsets, sizes) -> ir.Value:
     t = ir.RankedTensorType.get([s if isinstance(s, int) else DYN for s in sizes], source.type.element_type)
     return tensor.ExtractSliceOp(t, source, *slice_args(offsets, sizes)).result
 
 
-def _fuse(op, parts, empty, axis: int) -> None:
-    lhs, _ = list(op.opview.inputs)
-    acc = list(op.opview.outputs)[0]
+def _fuse(op, rewriter, parts, empty, axis: int) -> None:
+    lhs, _ = list(op.inputs)
+    acc = list(op.outputs)[0]
     rank = lhs.type.rank
     maps, iterators = matmul_maps(rank)
     concat = empty.result
-    with ir.InsertionPoint(op):
+    with rewriter.ip:
         for part in parts:
             offsets, sizes = _mixed(part, "offsets"), _mixed(part, "sizes")
             with part.location:
@@ -137,9 +161,7 @@ def _fuse(op, parts, empty, axis: int) -> None:
             with op.location:
                 acc = tensor.InsertSliceOp(product, acc, *slice_args(at, size)).result \
                     if axis == rank - 1 else product
-    final = parts[-1]
-    op.results[0].replace_all_uses_with(acc)
-    final.results[0].replace_all_uses_with(concat)
-    op.operation.erase()
-    for part in reversed(parts):
-        part.operation.erase()
+    rewriter.replace_op(op, [acc])
+    rewriter.replace_op(parts[-1], [concat])
+    for part in reversed(parts[:-1]):  # the rest of the old chain, read by nothing now
+        rewriter.erase_op(part.operation)

@@ -2,7 +2,7 @@
 
     linalg.generic {matmul maps} ins(%q, %k : memref<1x4xf32, ...>, memref<4x8xf32, ...>)
                                  outs(%acc : memref<1x8xf32, ...>)   // acc + x * y
-becomes, for each (batch..., i) and each block of UNROLL_K consecutive k,
+becomes, for each (batch..., i) and each block of `unroll` consecutive k (an option, 8),
     scf.for %j = ... step 32 {                       // explicit vector<32xf32>
       %a = vector.load %acc[%i, %j]
       %y0 = vector.load %k[%k0, %j]  ...  %y7 = vector.load %k[%k7, %j]
@@ -13,16 +13,16 @@ then vector<16xf32> steps (one 64-byte line each) and a scalar tail, or, for sho
 output rows, the whole row of sums carried in vector registers through the k loop.
 
 convert-linalg-to-loops would give (batch..., i, k, j) loops whose j loop streams
-one rhs row at a time. Here one j loop reads UNROLL_K rows side by side (several
+one rhs row at a time. Here one j loop reads `unroll` rows side by side (several
 read streams at once) and adds their products to the accumulator in the order
 k, k+1, ...: every output element still sums over k in ascending order, as fmul
 then fadd, so results are bit-identical to the plain loops. Works for any static
 or symbolic sizes and any outer strides.
 
 Which of the two is decided at run time from the rhs: rows of at most
-ROW_AT_A_TIME_BYTES whose gap to the next row is at most ROW_AT_A_TIME_GAP_BYTES
+`row-at-a-time-bytes` whose gap to the next row is at most `row-at-a-time-gap-bytes`
 go one row of k at a time, a single read stream over nearly contiguous memory,
-with the row of sums in L1; longer or farther-apart rows take UNROLL_K at a time.
+with the row of sums in L1; longer or farther-apart rows take `unroll` at a time.
 Short rows nearly back to back read fastest as one stream; with a gap, or long
 rows, several streams at once win (scripts/bench_k_layout.py measures it; the
 figures and the thresholds they gave: docs/performance.md, "The Kᵀ layout").
@@ -33,14 +33,14 @@ goes one row at a time and writes the copy with non-temporal stores: the copy is
 not read again here, so it need not be read into the cache before it is written,
 nor evict what is there. Those are aligned whole lines: each row's j loop starts
 with plain scalar steps up to the first NT_ALIGN-byte boundary of the slot row,
-then takes aligned vectors (VECTOR_BYTES, then one line at a time) and ends with
+then takes aligned vectors (`vector-bytes`, then one line at a time) and ends with
 plain scalars for the last partial line. So every cache line of the slot is written
 one way only (a line written partly both ways is slower than either), and none by
 scalar non-temporal stores (each is a partial-line write to memory; the costs of
 both: docs/performance.md, "Non-temporal stores"). fence-nontemporal then orders them before the function returns.
 
 A matmul whose output rows are short (a whole number of vectors, at most
-REGISTER_ROW_BYTES, like one attention head's values; checked at run time when the
+`register-row-bytes`, like one attention head's values; checked at run time when the
 length is symbolic) keeps the whole output row in vector registers while k runs,
 in the same k order: each rhs row costs its loads (and, fused, its non-temporal
 stores) and nothing else. A fused one needs every slot row to start on an
@@ -51,49 +51,87 @@ A matmul whose batch dims broadcast (`x[B, S, 512] @ W[512, N]`, or a batch dim 
 size 1 stretched) runs the same loops, reading each operand at its own batch
 indices (index 0 along a stretched dim): the same order, the same bits.
 
+In:  any module; after bufferization, when matmuls are on memrefs. Out: the same
+module with every matmul it can take as loops.
+
 Guarantees: only matmuls on memrefs whose operands share one element type (no
-F16/BF16 widening) are rewritten; the others are left to convert-linalg-to-loops.
+F16/BF16 widening) and have a unit innermost stride are rewritten; the others
+(on tensors, widening, a non-strided layout) are left to convert-linalg-to-loops.
+The options change the loops, never the order of the sums (each element's adds
+stay in k order, by construction): any values give the same bits.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlir import ir
-from mlir.dialects import arith, memref, scf, vector
+from mlir.dialects import arith, linalg, memref, scf, vector
 
 from ..irbuild import DYN, index
-from ._util import batch_indices, dim, loop, maps_of, matmul_form, nest, rewrite_each
+from ._pass import KinaPass, option
+from ._util import NO_MATCH, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, unit_innermost
 
-# How many rhs rows one pass over j reads side by side, and how many bytes of a row
-# one vector step covers.
-UNROLL_K = 8
-VECTOR_BYTES = 128
-NT_ALIGN = 64  # bytes: what a non-temporal vector store needs
-REGISTER_ROW_BYTES = 512  # a matmul's output rows up to this long keep their sums in registers
-# rhs rows up to this long, with at most this gap to the next row, go one row at a time
-ROW_AT_A_TIME_BYTES = 16 << 10
-ROW_AT_A_TIME_GAP_BYTES = 256
+NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
 
+
+def _at_least_1(n: int) -> bool:
+    return 1 <= n <= 64
+
+
+def _whole_lines(n: int) -> bool:
+    return 0 < n <= 4096 and n % NT_ALIGN == 0
+
+
+def _non_negative(n: int) -> bool:
+    return n >= 0
+
+
+@dataclass(frozen=True)
+class MatmulLoops(KinaPass):
+    name = "matmul-loops"
+    summary = ("matmul generics to unroll-and-jammed vector loops, short rows in registers, "
+               "fused copies with non-temporal stores; same summation order")
+    optimisation = True
+    unroll: int = option(8, "rhs rows one pass over j reads side by side (unroll-and-jam over k)",
+                         check=_at_least_1, expected="an integer from 1 to 64")
+    vector_bytes: int = option(128, "bytes of a row one vector step covers", check=_whole_lines,
+                               expected=f"a multiple of {NT_ALIGN} up to 4096")
+    register_row_bytes: int = option(512, "output rows up to this long keep their sums in registers (0: never)",
+                                     check=_non_negative, expected="an integer >= 0")
+    row_at_a_time_bytes: int = option(16 << 10, "rhs rows up to this long, nearly back to back, go one at a time",
+                                      check=_non_negative, expected="an integer >= 0")
+    row_at_a_time_gap_bytes: int = option(256, "the gap to the next rhs row that still counts as back to back",
+                                          check=_non_negative, expected="an integer >= 0")
+
+    def run(self, module_op) -> None:
+        def matmul(op, rewriter):
+            kind = _kind(op)
+            if kind is None:
+                return NO_MATCH
+            with rewriter.ip, op.location:
+                _emit(op, self, 1 if kind == "fused" else self.unroll)
+            rewriter.erase_op(op.operation)
+        apply_patterns(module_op, {linalg.GenericOp: matmul})
 
 
 def _kind(op) -> str | None:
+    """The matmul form of `op` (`matmul_form`) if these loops can take it: on memrefs
+    of one float element type, each unit-strided along its innermost dim (the loops
+    load whole vectors along it)."""
     form = matmul_form(op)
     if form is None:
         return None
     operands = list(op.operands)
-    if not all(isinstance(v.type, ir.MemRefType) and ir.MemRefType(v.type).get_strides_and_offset()[0][-1] == 1
-               for v in operands):
-        return None  # the loops load whole vectors along the innermost dim: it must be unit-strided
-    return form if len({v.type.element_type for v in operands}) == 1 else None
+    if not all(unit_innermost(v.type) for v in operands):
+        return None
+    types = {v.type.element_type for v in operands}
+    return form if len(types) == 1 and isinstance(next(iter(types)), ir.FloatType) else None
 
 
-def run(module_op, unroll: int = UNROLL_K, vector_bytes: int = VECTOR_BYTES) -> None:
-    if vector_bytes % NT_ALIGN:  # a non-temporal step must cover whole lines
-        raise ValueError(f"vector_bytes: expected a multiple of {NT_ALIGN}, got {vector_bytes}")
-    rewrite_each(module_op, _kind, lambda op, kind: _emit(op, unroll if kind != "fused" else 1, vector_bytes))
-
-
-def _emit(op, unroll: int, vector_bytes: int) -> None:
-    lhs, rhs = list(op.opview.inputs)
-    acc, *slot = list(op.opview.outputs)
+def _emit(op, options: MatmulLoops, unroll: int) -> None:
+    vector_bytes = options.vector_bytes
+    lhs, rhs = list(op.inputs)
+    acc, *slot = list(op.outputs)
     slot = slot[0] if slot else None  # a fused matmul's concat slot, written with non-temporal stores
     acc_t = ir.MemRefType(acc.type)
     rank, elt = acc_t.rank, acc_t.element_type
@@ -110,7 +148,7 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
     line = max(1, NT_ALIGN // elt_bytes)  # elements in one cache line (a whole non-temporal store)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
     # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
-    most, n_static = REGISTER_ROW_BYTES // (width * elt_bytes), acc_t.shape[-1]
+    most, n_static = options.register_row_bytes // (width * elt_bytes), acc_t.shape[-1]
     if n_static == DYN:
         register_vectors = list(range(1, most + 1))
     else:
@@ -120,8 +158,8 @@ def _emit(op, unroll: int, vector_bytes: int) -> None:
         row_bytes = arith.MulIOp(N, cst(elt_bytes)).result
         gap_bytes = arith.MulIOp(arith.SubIOp(rhs_k_stride, N).result, cst(elt_bytes)).result
         short_dense_rows = arith.AndIOp(
-            arith.CmpIOp(arith.CmpIPredicate.ule, row_bytes, cst(ROW_AT_A_TIME_BYTES)).result,
-            arith.CmpIOp(arith.CmpIPredicate.ule, gap_bytes, cst(ROW_AT_A_TIME_GAP_BYTES)).result).result
+            arith.CmpIOp(arith.CmpIPredicate.ule, row_bytes, cst(options.row_at_a_time_bytes)).result,
+            arith.CmpIOp(arith.CmpIPredicate.ule, gap_bytes, cst(options.row_at_a_time_gap_bytes)).result).result
     if slot is not None:  # where slot rows start, to align the non-temporal stores
         meta = memref.ExtractStridedMetadataOp(slot)
         slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result

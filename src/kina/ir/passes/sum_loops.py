@@ -10,40 +10,65 @@ becomes, per row,
     memref.store %t', %s[%r]
 
 A sum in loop order is one chain of dependent adds, as slow as the add latency.
-Here lane l of a vector of partial sums (REDUCTION_BYTES wide) adds the elements
-at l, l + L, l + 2L, ... of the row's leading whole vectors; the lanes are then
-added pairwise (halves, then quarters, ...), that total is added to the output's
-initial value, and the remaining elements follow in order. Pairwise partial sums
+Here lane l of a vector of partial sums (`vector-bytes` wide, an option) adds
+the elements at l, l + L, l + 2L, ... of the row's leading whole vectors; the
+lanes are then added pairwise (halves, then quarters, ...), that total is added
+to the output's initial value, and the remaining elements follow in order. Pairwise partial sums
 are also more accurate than one running sum.
 
 Guarantees: the order is fixed by this code, not by LLVM, and is the same for
 every size, static or symbolic, and every target CPU, so static and symbolic
 programs give the same bits. It differs from the plain loop order (-O0).
+
+In:  any module; after bufferization, when sums are on memrefs. Out: the same
+module with every such sum as loops; other generics (on tensors, not over the
+innermost dim, a non-unit innermost stride, a body other than one addf) are left
+to convert-linalg-to-loops.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlir import ir
-from mlir.dialects import arith, memref, scf, vector
+from mlir.dialects import arith, linalg, memref, vector
 
 from ..irbuild import affine_map, index
-from ._util import dim, iterators_of, loop, maps_of, nest, rewrite_each
+from ._pass import KinaPass, option
+from ._util import NO_MATCH, apply_patterns, dim, iterators_of, loop, maps_of, nest, unit_innermost
 
-REDUCTION_BYTES = 256  # a sum's vector of partial sums: independent add chains to hide the add latency
+
+def _power_of_two(n: int) -> bool:
+    return 4 <= n <= 4096 and n & (n - 1) == 0
+
+
+@dataclass(frozen=True)
+class SumLoops(KinaPass):
+    name = "sum-loops"
+    summary = "innermost-dim sums to vector partial sums added in a fixed order"
+    optimisation = True
+    vector_bytes: int = option(256, "bytes of the vector of partial sums: independent add chains that hide "
+                               "the add latency", check=_power_of_two, expected="a power of two from 4 to 4096")
+
+    def run(self, module_op) -> None:
+        def sum_pattern(op, rewriter):
+            if not _is_sum(op):
+                return NO_MATCH
+            with rewriter.ip, op.location:
+                _emit(op, self.vector_bytes)
+            rewriter.erase_op(op.operation)
+        apply_patterns(module_op, {linalg.GenericOp: sum_pattern})
 
 
 def _is_sum(op) -> bool:
     """Is `op` a bufferized `linalg.generic` summing its input over the innermost
     (unit-stride) dim into an output of the other dims, as softmax's sum is?"""
-    if op.name != "linalg.generic":
-        return False
-    ins, outs = list(op.opview.inputs), list(op.opview.outputs)
+    ins, outs = list(op.inputs), list(op.outputs)
     if len(ins) != 1 or len(outs) != 1 or not all(isinstance(v.type, ir.MemRefType) for v in ins + outs):
         return False
-    src = ir.MemRefType(ins[0].type)
+    src, dst = ins[0].type, outs[0].type
     n = src.rank
-    if n < 1 or ir.MemRefType(outs[0].type).rank != n - 1 or src.get_strides_and_offset()[0][-1] != 1:
-        return False
-    if src.element_type != ir.MemRefType(outs[0].type).element_type:
+    if n < 1 or dst.rank != n - 1 or not unit_innermost(src) or src.element_type != dst.element_type or \
+            not isinstance(src.element_type, ir.FloatType):
         return False
     if maps_of(op) != [ir.AffineMap.get_identity(n), affine_map(n, [ir.AffineDimExpr.get(a) for a in range(n - 1)])]:
         return False
@@ -52,15 +77,14 @@ def _is_sum(op) -> bool:
     block = op.regions[0].blocks[0]
     body = list(block.operations)
     v, acc = list(block.arguments)
-    return [o.name for o in body] == ["arith.addf", "linalg.yield"] and \
-        set(body[0].operands) == {v, acc} and list(body[1].operands) == [body[0].result]
+    if len(body) != 2 or not isinstance(body[0], arith.AddFOp):  # the add, the yield
+        return False
+    add = body[0]
+    return {add.lhs, add.rhs} == {v, acc} and add.lhs != add.rhs and list(body[1].operands) == [add.result]
 
-
-def run(module_op, lanes_bytes: int = REDUCTION_BYTES) -> None:
-    rewrite_each(module_op, _is_sum, lambda op, _: _emit(op, lanes_bytes))
 
 def _emit(op, lanes_bytes: int) -> None:
-    (src,), (dst,) = list(op.opview.inputs), list(op.opview.outputs)
+    (src,), (dst,) = list(op.inputs), list(op.outputs)
     src_t = ir.MemRefType(src.type)
     n, elt = src_t.rank, src_t.element_type
     zero, one = index(0), index(1)
