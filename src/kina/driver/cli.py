@@ -8,7 +8,8 @@
     kinac bench FILE.kina [--fn NAME] [--dim NAME=N] [--repeats N]
     kinac --version
 
-Exit status: 0 on success, 1 for a user's error (bad source, missing file),
+Exit status: 0 on success, 1 for a user's error (bad source, missing file, a bad
+environment variable),
 2 for an internal compiler error or a failing external tool. A user's error is
 printed as `FILE:LINE:COL: error: ...` with the source line and a caret, never
 as a Python traceback.
@@ -16,7 +17,6 @@ as a Python traceback.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 import sys
 from importlib import metadata
@@ -92,10 +92,10 @@ def compile_main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"kinac: error: {e}", file=sys.stderr)
         return 1
+    # -O, when given, overrides KINA_OPT_LEVEL, which is then not read (nor checked)
+    level = {} if args.opt_level is None else {"opt_level": args.opt_level}
     options = pipeline.Options(cpu=args.cpu, print_ir_after_all=args.print_ir_after_all, locations=args.locs,
-                               dtypes=tuple(dtypes.items()), dims=tuple(dims.items()))
-    if args.opt_level is not None:
-        options = dataclasses.replace(options, opt_level=args.opt_level)
+                               dtypes=tuple(dtypes.items()), dims=tuple(dims.items()), **level)
     dump = Path(args.dump_dir) if args.dump_dir else None
     out = Path(args.output) if args.output else None
     if args.emit == "so":
@@ -191,6 +191,7 @@ def run_main(argv: list[str], bench: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..knobs import KnobError
     from .pipeline import SpecializationError
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     except KinaError as e:
         print(e.render(color=use_color(sys.stderr)), file=sys.stderr)
         return 1
-    except SpecializationError as e:  # a bad --dtype/--dim name or value
+    except (SpecializationError, KnobError) as e:  # a bad --dtype/--dim, or a bad environment variable
         print(f"kinac: error: {e}", file=sys.stderr)
         return 1
     except InternalError as e:

