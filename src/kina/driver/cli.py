@@ -100,19 +100,22 @@ def compile_main(argv: list[str]) -> int:
     out = Path(args.output) if args.output else None
     if args.emit == "so":
         so = pipeline.build_so(source, str(src), options, dump_dir=dump)
-        out = out / f"{src.stem}.so" if out and out.is_dir() else out or src.with_suffix(".so")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        for a, b in ((so, out), (so.with_suffix(".json"), out.with_suffix(".json"))):
-            tmp = b.with_name(f".{b.name}.tmp")
-            shutil.copyfile(a, tmp)
-            tmp.replace(b)
-        if pipeline.cache_dir() not in so.parents:  # built outside the cache: its work dir is ours to remove
-            shutil.rmtree(so.parent, ignore_errors=True)
+        try:
+            out = out / f"{src.stem}.so" if out and out.is_dir() else out or src.with_suffix(".so")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            for a, b in ((so, out), (so.with_suffix(".json"), out.with_suffix(".json"))):
+                tmp = b.with_name(f".{b.name}.tmp")
+                shutil.copyfile(a, tmp)
+                tmp.replace(b)
+        finally:
+            pipeline.discard(so)
         print(f"wrote {out} and {out.with_suffix('.json').name}", file=sys.stderr)
         return 0
     build = pipeline.run_stages(source, str(src), args.emit, options, dump_dir=dump)
-    text = pipeline._render(build, args.emit)
-    shutil.rmtree(build.workdir, ignore_errors=True)
+    try:
+        text = pipeline._render(build, args.emit)
+    finally:
+        pipeline.remove_temporary(build.workdir)
     if isinstance(text, bytes) and not out:
         out = src.with_suffix(".o")
     if out:
@@ -191,36 +194,46 @@ def run_main(argv: list[str], bench: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
     from ..knobs import KnobError
-    from .pipeline import SpecializationError
+    from .pipeline import CacheWarning, SpecializationError
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and argv[0] in ("run", "bench"):
-            return run_main(argv[1:], bench=argv[0] == "bench")
-        if argv and argv[0] == "opt":
-            return opt_main(argv[1:])
-        return compile_main(argv)
-    except KinaError as e:
-        print(e.render(color=use_color(sys.stderr)), file=sys.stderr)
-        return 1
-    except (SpecializationError, KnobError) as e:  # a bad --dtype/--dim, or a bad environment variable
-        print(f"kinac: error: {e}", file=sys.stderr)
-        return 1
-    except InternalError as e:
-        print(f"kinac: {e}", file=sys.stderr)
-        return 2
-    except ToolError as e:
-        print(f"kinac: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except (OSError, MemoryError) as e:  # a bad path or an impossible size: the user's to fix
-        print(f"kinac: error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # anything else is ours
-        print(f"kinac: internal compiler error: {type(e).__name__}: {e}\n"
-              "This is a bug in kinac, not in your program.", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():  # restores showwarning after: an in-process call changes nothing
+        warnings.showwarning = _short_warnings(warnings.showwarning, CacheWarning)
+        try:
+            if argv and argv[0] in ("run", "bench"):
+                return run_main(argv[1:], bench=argv[0] == "bench")
+            if argv and argv[0] == "opt":
+                return opt_main(argv[1:])
+            return compile_main(argv)
+        except KinaError as e:
+            print(e.render(color=use_color(sys.stderr)), file=sys.stderr)
+            return 1
+        except (SpecializationError, KnobError) as e:  # a bad --dtype/--dim, or a bad environment variable
+            print(f"kinac: error: {e}", file=sys.stderr)
+            return 1
+        except (InternalError, ToolError) as e:
+            print(f"kinac: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 130
+        except (OSError, MemoryError) as e:  # a bad path or an impossible size: the user's to fix
+            print(f"kinac: error: {e}", file=sys.stderr)
+            return 1
+        except Exception as e:  # anything else is ours
+            print(f"kinac: internal compiler error: {type(e).__name__}: {e}\n"
+                  "This is a bug in kinac, not in your program.", file=sys.stderr)
+            return 2
+
+
+def _short_warnings(show, category):
+    """`warnings.showwarning` that prints a `category` warning as one `kinac: warning: ...` line."""
+    def showwarning(message, cat, *rest, **kwargs):
+        if issubclass(cat, category):
+            print(f"kinac: warning: {message}", file=sys.stderr)
+        else:
+            show(message, cat, *rest, **kwargs)
+    return showwarning
 
 
 if __name__ == "__main__":
