@@ -9,24 +9,29 @@
     kinac --version
 
 Exit status: 0 on success, 1 for a user's error (bad source, missing file, a bad
-environment variable),
-2 for an internal compiler error or a failing external tool. A user's error is
-printed as `FILE:LINE:COL: error: ...` with the source line and a caret, never
-as a Python traceback.
+environment variable), 2 for an internal compiler error or a failing external tool,
+130 when interrupted. A user's error is printed as `FILE:LINE:COL: error: ...` with
+the source line and a caret, or as one `kinac: error: ...` line, never as a Python
+traceback. An interrupt (Ctrl-C) at any moment is the one line `kinac: interrupted`,
+and leaves no output file: every file a command writes appears whole, at its end
+(`interrupts.write_outputs`).
 """
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
-from importlib import metadata
-from pathlib import Path
 
-from .. import __version__
-from ..frontend.diagnostics import InternalError, KinaError, ToolError, use_color
+from . import interrupts
+
+# The rest is imported by the functions that use it. kinac's entry point is
+# kina.__main__, which takes over Ctrl-C before importing this; a console script
+# installed before that calls `main` here, and must reach `interrupts.install()`
+# within a millisecond of starting too, not after argparse and pathlib have loaded.
 
 
 def version_text() -> str:
+    from importlib import metadata
+    from .. import __version__
+    from ..frontend.diagnostics import ToolError
     from . import toolchain
     wheels = []
     for name in toolchain.PINNED:
@@ -41,7 +46,8 @@ def version_text() -> str:
     return f"kinac {__version__}\nMLIR/LLVM {llvm}\n" + "\n".join(wheels)
 
 
-def _compile_parser() -> argparse.ArgumentParser:
+def _compile_parser():
+    import argparse
     from .pipeline import STAGE_NAMES
     p = argparse.ArgumentParser(prog="kinac", description="Compile a Kina program to MLIR and a shared object.",
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -66,6 +72,7 @@ def _compile_parser() -> argparse.ArgumentParser:
 
 
 def compile_main(argv: list[str]) -> int:
+    from pathlib import Path
     from . import pipeline
     parser = _compile_parser()
     args = parser.parse_args(argv)
@@ -102,11 +109,7 @@ def compile_main(argv: list[str]) -> int:
         so = pipeline.build_so(source, str(src), options, dump_dir=dump)
         try:
             out = out / f"{src.stem}.so" if out and out.is_dir() else out or src.with_suffix(".so")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            for a, b in ((so, out), (so.with_suffix(".json"), out.with_suffix(".json"))):
-                tmp = b.with_name(f".{b.name}.tmp")
-                shutil.copyfile(a, tmp)
-                tmp.replace(b)
+            interrupts.write_outputs({out: so, out.with_suffix(".json"): so.with_suffix(".json")})
         finally:
             pipeline.discard(so)
         print(f"wrote {out} and {out.with_suffix('.json').name}", file=sys.stderr)
@@ -121,7 +124,7 @@ def compile_main(argv: list[str]) -> int:
     if out:
         if out.is_dir():
             out = out / f"{src.stem}.{pipeline.DUMP_EXT[args.emit]}"
-        out.write_bytes(text) if isinstance(text, bytes) else out.write_text(text)
+        interrupts.write_outputs({out: text if isinstance(text, bytes) else text.encode()})
         print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -149,6 +152,8 @@ def _assignments(flag: str, items: list[str], kind) -> dict:
 
 def opt_main(argv: list[str]) -> int:
     """`kinac opt`: run named passes on MLIR text and print the result, like mlir-opt."""
+    import argparse
+    from pathlib import Path
     from ..ir.passes import BY_NAME, PASSES
     p = argparse.ArgumentParser(prog="kinac opt", description="Run kinac's passes on an MLIR file and print the result.")
     p.add_argument("file", help="the .mlir file ('-' for stdin)")
@@ -182,7 +187,7 @@ def opt_main(argv: list[str]) -> int:
             lambda: ir.Module.parse(text, ir.Context()), [BY_NAME[n] for n in names[:i]]))
     out = print_ir(module, args.locs)
     if args.output:
-        Path(args.output).write_text(out)
+        interrupts.write_outputs({Path(args.output): out.encode()})
     else:
         sys.stdout.write(out)
     return 0
@@ -194,10 +199,29 @@ def run_main(argv: list[str], bench: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """kinac with `argv`; returns the exit status.
+
+    With no `argv` this is the program (the console script, `python -m kina`): it
+    takes over Ctrl-C first of all (`interrupts`) and reads sys.argv. Given a list it
+    is an in-process call, which leaves the signal handlers alone."""
+    if argv is None:
+        interrupts.install()
+        argv = sys.argv[1:]
+    try:
+        return _main(list(argv))
+    except KeyboardInterrupt:  # in-process, or a tool that Ctrl-C ended: the program exits in `interrupts`
+        interrupts.announce()
+        return 130
+    finally:
+        interrupts.done()
+
+
+def _main(argv: list[str]) -> int:
+    """Run one command; every error becomes its message and exit status."""
     import warnings
+    from ..frontend.diagnostics import InternalError, KinaError, ToolError, use_color
     from ..knobs import KnobError
     from .pipeline import CacheWarning, SpecializationError
-    argv = list(sys.argv[1:] if argv is None else argv)
     with warnings.catch_warnings():  # restores showwarning after: an in-process call changes nothing
         warnings.showwarning = _short_warnings(warnings.showwarning, CacheWarning)
         try:
@@ -215,8 +239,6 @@ def main(argv: list[str] | None = None) -> int:
         except (InternalError, ToolError) as e:
             print(f"kinac: {e}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:
-            return 130
         except (OSError, MemoryError) as e:  # a bad path or an impossible size: the user's to fix
             print(f"kinac: error: {e}", file=sys.stderr)
             return 1

@@ -48,7 +48,7 @@ from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
 from ..ir.passes import PASSES, Pass
-from . import toolchain, translate
+from . import interrupts, toolchain, translate
 
 @dataclass(frozen=True)
 class Options:
@@ -249,7 +249,7 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
     """Run the stage table up to and including `until`.
 
     Files go to `workdir` (a new temporary folder if None). A folder made here is
-    removed when a stage fails, or when nothing was written to it;
+    removed when a stage fails or is interrupted, or when nothing was written to it;
     otherwise the caller owns it. After a ToolError it keeps just the files that the
     error's repro command names (none: no folder)."""
     options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
@@ -259,13 +259,16 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
         raise ValueError(f"cpu: expected 'native' or one of {', '.join(toolchain.CPU_LEVELS)}, got {options.cpu!r}")
     made = workdir is None
     if made:
-        workdir = Path(tempfile.mkdtemp(prefix="kina-"))
+        with interrupts.deferred():  # made and tracked, or neither, whenever kinac is interrupted
+            workdir = Path(tempfile.mkdtemp(prefix="kina-"))
+            interrupts.track(workdir)
     b = Build(source, filename, options, Path(workdir))
     try:
         _run(b, source, until, dump_dir)
     except ToolError as e:
         if made:
             _keep_named(b.workdir, e.command)
+            interrupts.untrack(b.workdir)
         raise
     except BaseException:
         if made:
@@ -280,8 +283,9 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
 
 
 def remove_temporary(path: Path) -> None:
-    """Remove a work or temp folder."""
+    """Remove a work or temp folder, which an interrupt then no longer needs to."""
     shutil.rmtree(path, ignore_errors=True)
+    interrupts.untrack(path)
 
 
 def _keep_named(folder: Path, command: str) -> None:
@@ -310,7 +314,11 @@ def _run(b: Build, source, until: str, dump_dir: Path | None) -> None:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
             out = _render(b, name)
             path = Path(dump_dir) / f"{i:02d}-{name}.{DUMP_EXT[name]}"
-            path.write_bytes(out) if isinstance(out, bytes) else path.write_text(out)
+            tmp = path.with_name(f".{path.name}.tmp")  # whole files only, even if interrupted
+            interrupts.track(tmp)
+            tmp.write_bytes(out if isinstance(out, bytes) else out.encode())
+            tmp.replace(path)
+            interrupts.untrack(tmp)
         if name == until:
             break
 
@@ -412,7 +420,9 @@ def _store(built: Path, entry: Path, filename: str) -> None:
     into a temp folder beside it, then renamed. A damaged entry in the way is moved
     aside first; a whole one, written meanwhile by another process, is kept."""
     entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    with interrupts.deferred():
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+        interrupts.track(tmp)
     try:
         for path in (built, built.with_suffix(".json")):
             shutil.copyfile(path, tmp / path.name)
@@ -423,7 +433,9 @@ def _store(built: Path, entry: Path, filename: str) -> None:
                 raise
             if entry_ok(entry / built.name, filename):
                 return  # another process's entry: as good as ours
-            aside = Path(tempfile.mkdtemp(prefix=".damaged-", dir=entry.parent))
+            with interrupts.deferred():
+                aside = Path(tempfile.mkdtemp(prefix=".damaged-", dir=entry.parent))
+                interrupts.track(aside)
             os.rename(entry, aside / entry.name)
             os.rename(tmp, entry)
             remove_temporary(aside)
