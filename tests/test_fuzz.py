@@ -22,7 +22,6 @@ per property and N/20 compiled ones.
 """
 from __future__ import annotations
 
-import os
 import re
 import signal
 from contextlib import contextmanager
@@ -32,14 +31,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kina
 from conftest import EXAMPLES, assert_same
-from kina import KinaError
+from kina import KinaError, knobs
 from kina.frontend import check
 from kina.frontend import syntax
 from kina.driver.pipeline import run_stages
 from kina.runtime import numpy_dtype
 from kina.frontend.types import Dim
 
-SCALE = int(os.environ.get("KINA_FUZZ_EXAMPLES", "0"))
+SCALE = knobs.get("KINA_FUZZ_EXAMPLES")
 FRONT_END = settings(max_examples=SCALE or 60, deadline=None, derandomize=not SCALE,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 COMPILED = settings(max_examples=max(SCALE // 20, 6), deadline=None, derandomize=not SCALE,

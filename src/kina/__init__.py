@@ -6,10 +6,10 @@
 
 Importing `kina` is cheap: the front end (lark) and the back end (mlir) load only
 when a function that needs them is first called, so `kina.load` of a built .so
-needs nothing but NumPy, ml_dtypes and ctypes.
+needs nothing but NumPy, ml_dtypes and ctypes. Importing it runs no code of the package
+at all (even the error types load on first use), so `kinac` can take over Ctrl-C
+(`kina.driver.interrupts`) before anything slow is imported.
 """
-from .frontend.diagnostics import InternalError, KinaError, ToolError
-
 __version__ = "0.1.0"
 
 __all__ = ["KinaError", "InternalError", "ToolError", "compile_file", "compile_source", "load",
@@ -17,6 +17,9 @@ __all__ = ["KinaError", "InternalError", "ToolError", "compile_file", "compile_s
 
 
 def __getattr__(name):  # lazy, so the runtime never drags in lark or mlir
+    if name in ("KinaError", "InternalError", "ToolError"):
+        from .frontend import diagnostics
+        return getattr(diagnostics, name)
     if name in ("compile_file", "compile_source"):
         from .driver import pipeline
         return getattr(pipeline, name)

@@ -2,5 +2,5 @@
 
     pipeline.py   stages, options, the compile cache     toolchain.py  the pinned tools and cc
     translate.py  LLVM dialect -> LLVM IR, in process     cli.py        kinac
-    commands.py   kinac run and kinac bench
+    commands.py   kinac run and kinac bench              interrupts.py Ctrl-C; outputs written whole
 """

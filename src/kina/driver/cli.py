@@ -15,27 +15,30 @@ for `run` and `bench`). `run` takes every parameter from `--input` or none (then
 seeded random inputs); `--compare` runs compiled and interpreted and prints their
 largest differences; `--output-dir` writes the results as .npy files.
 
-Exit status: 0 on success, 1 for a user's error (bad source, missing file, IR
-that `kinac opt`'s passes cannot take, an unknown pass or option),
-2 for an internal compiler error or a failing external tool. A user's error is
-printed as `FILE:LINE:COL: error: ...` with the source line and a caret, never
-as a Python traceback.
+Exit status: 0 on success, 1 for a user's error (bad source, missing file, a bad
+environment variable), 2 for an internal compiler error or a failing external tool,
+130 when interrupted. A user's error is printed as `FILE:LINE:COL: error: ...` with
+the source line and a caret, or as one `kinac: error: ...` line, never as a Python
+traceback. An interrupt (Ctrl-C) at any moment is the one line `kinac: interrupted`,
+and leaves no output file: every file a command writes appears whole, at its end
+(`interrupts.write_outputs`).
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import re
-import shutil
 import sys
-from importlib import metadata
-from pathlib import Path
 
-from .. import __version__
-from ..frontend.diagnostics import InternalError, KinaError, ToolError, use_color
+from . import interrupts
+
+# The rest is imported by the functions that use it. kinac's entry point is
+# kina.__main__, which takes over Ctrl-C before importing this; a console script
+# installed before that calls `main` here, and must reach `interrupts.install()`
+# within a millisecond of starting too, not after argparse and pathlib have loaded.
 
 
 def version_text() -> str:
+    from importlib import metadata
+    from .. import __version__
+    from ..frontend.diagnostics import ToolError
     from . import toolchain
     wheels = []
     for name in toolchain.PINNED:
@@ -50,7 +53,8 @@ def version_text() -> str:
     return f"kinac {__version__}\nMLIR/LLVM {llvm}\n" + "\n".join(wheels)
 
 
-def _compile_parser() -> argparse.ArgumentParser:
+def _compile_parser():
+    import argparse
     from .pipeline import STAGE_NAMES
     p = argparse.ArgumentParser(prog="kinac", description="Compile a Kina program to MLIR and a shared object.",
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -75,6 +79,7 @@ def _compile_parser() -> argparse.ArgumentParser:
 
 
 def compile_main(argv: list[str]) -> int:
+    from pathlib import Path
     from . import pipeline
     parser = _compile_parser()
     args = parser.parse_args(argv)
@@ -101,33 +106,32 @@ def compile_main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"kinac: error: {e}", file=sys.stderr)
         return 1
+    # -O, when given, overrides KINA_OPT_LEVEL, which is then not read (nor checked)
+    level = {} if args.opt_level is None else {"opt_level": args.opt_level}
     options = pipeline.Options(cpu=args.cpu, print_ir_after_all=args.print_ir_after_all, locations=args.locs,
-                               dtypes=tuple(dtypes.items()), dims=tuple(dims.items()))
-    if args.opt_level is not None:
-        options = dataclasses.replace(options, opt_level=args.opt_level)
+                               dtypes=tuple(dtypes.items()), dims=tuple(dims.items()), **level)
     dump = Path(args.dump_dir) if args.dump_dir else None
     out = Path(args.output) if args.output else None
     if args.emit == "so":
         so = pipeline.build_so(source, str(src), options, dump_dir=dump)
-        out = out / f"{src.stem}.so" if out and out.is_dir() else out or src.with_suffix(".so")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        for a, b in ((so, out), (so.with_suffix(".json"), out.with_suffix(".json"))):
-            tmp = b.with_name(f".{b.name}.tmp")
-            shutil.copyfile(a, tmp)
-            tmp.replace(b)
-        if pipeline.cache_dir() not in so.parents:  # built outside the cache: its work dir is ours to remove
-            shutil.rmtree(so.parent, ignore_errors=True)
+        try:
+            out = out / f"{src.stem}.so" if out and out.is_dir() else out or src.with_suffix(".so")
+            interrupts.write_outputs({out: so, out.with_suffix(".json"): so.with_suffix(".json")})
+        finally:
+            pipeline.discard(so)
         print(f"wrote {out} and {out.with_suffix('.json').name}", file=sys.stderr)
         return 0
     build = pipeline.run_stages(source, str(src), args.emit, options, dump_dir=dump)
-    text = pipeline._render(build, args.emit)
-    shutil.rmtree(build.workdir, ignore_errors=True)
+    try:
+        text = pipeline._render(build, args.emit)
+    finally:
+        pipeline.remove_temporary(build.workdir)
     if isinstance(text, bytes) and not out:
         out = src.with_suffix(".o")
     if out:
         if out.is_dir():
             out = out / f"{src.stem}.{pipeline.DUMP_EXT[args.emit]}"
-        out.write_bytes(text) if isinstance(text, bytes) else out.write_text(text)
+        interrupts.write_outputs({out: text if isinstance(text, bytes) else text.encode()})
         print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -155,6 +159,9 @@ def _assignments(flag: str, items: list[str], kind) -> dict:
 
 def opt_main(argv: list[str]) -> int:
     """`kinac opt`: run named passes on MLIR text and print the result, like mlir-opt."""
+    import argparse
+    import re
+    from pathlib import Path
     p = argparse.ArgumentParser(prog="kinac opt", description="Run kinac's passes on an MLIR file and print the result.")
     p.add_argument("file", help="the .mlir file ('-' for stdin)")
     p.add_argument("--passes", required=True, metavar="PASS[{OPT=V ...}],...",
@@ -189,7 +196,7 @@ def opt_main(argv: list[str]) -> int:
             outs.append(result)
         out = "// -----\n".join(o for o in outs if o)
     if args.output:
-        Path(args.output).write_text(out)
+        interrupts.write_outputs({Path(args.output): out.encode()})
     else:
         sys.stdout.write(out)
     return 1 if failed else 0
@@ -201,6 +208,8 @@ def _opt_one(args, chosen: list, text: str, section: str | None) -> tuple[str, b
     to stderr at the op it names, as mlir-opt prints it."""
     from mlir import ir
     from . import pipeline
+    import dataclasses
+    from ..frontend.diagnostics import KinaError, use_color
     from ..ir.irbuild import print_ir
     from ..ir.passes import PassError
 
@@ -238,35 +247,63 @@ def run_main(argv: list[str], bench: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .pipeline import SpecializationError
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """kinac with `argv`; returns the exit status.
+
+    With no `argv` this is the program (the console script, `python -m kina`): it
+    takes over Ctrl-C first of all (`interrupts`) and reads sys.argv. Given a list it
+    is an in-process call, which leaves the signal handlers alone."""
+    if argv is None:
+        interrupts.install()
+        argv = sys.argv[1:]
     try:
-        if argv and argv[0] in ("run", "bench"):
-            return run_main(argv[1:], bench=argv[0] == "bench")
-        if argv and argv[0] == "opt":
-            return opt_main(argv[1:])
-        return compile_main(argv)
-    except KinaError as e:
-        print(e.render(color=use_color(sys.stderr)), file=sys.stderr)
-        return 1
-    except SpecializationError as e:  # a bad --dtype/--dim name or value
-        print(f"kinac: error: {e}", file=sys.stderr)
-        return 1
-    except InternalError as e:
-        print(f"kinac: {e}", file=sys.stderr)
-        return 2
-    except ToolError as e:
-        print(f"kinac: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        return _main(list(argv))
+    except KeyboardInterrupt:  # in-process, or a tool that Ctrl-C ended: the program exits in `interrupts`
+        interrupts.announce()
         return 130
-    except (OSError, MemoryError) as e:  # a bad path or an impossible size: the user's to fix
-        print(f"kinac: error: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # anything else is ours
-        print(f"kinac: internal compiler error: {type(e).__name__}: {e}\n"
-              "This is a bug in kinac, not in your program.", file=sys.stderr)
-        return 2
+    finally:
+        interrupts.done()
+
+
+def _main(argv: list[str]) -> int:
+    """Run one command; every error becomes its message and exit status."""
+    import warnings
+    from ..frontend.diagnostics import InternalError, KinaError, ToolError, use_color
+    from ..knobs import KnobError
+    from .pipeline import CacheWarning, SpecializationError
+    with warnings.catch_warnings():  # restores showwarning after: an in-process call changes nothing
+        warnings.showwarning = _short_warnings(warnings.showwarning, CacheWarning)
+        try:
+            if argv and argv[0] in ("run", "bench"):
+                return run_main(argv[1:], bench=argv[0] == "bench")
+            if argv and argv[0] == "opt":
+                return opt_main(argv[1:])
+            return compile_main(argv)
+        except KinaError as e:
+            print(e.render(color=use_color(sys.stderr)), file=sys.stderr)
+            return 1
+        except (SpecializationError, KnobError) as e:  # a bad --dtype/--dim, or a bad environment variable
+            print(f"kinac: error: {e}", file=sys.stderr)
+            return 1
+        except (InternalError, ToolError) as e:
+            print(f"kinac: {e}", file=sys.stderr)
+            return 2
+        except (OSError, MemoryError) as e:  # a bad path or an impossible size: the user's to fix
+            print(f"kinac: error: {e}", file=sys.stderr)
+            return 1
+        except Exception as e:  # anything else is ours
+            print(f"kinac: internal compiler error: {type(e).__name__}: {e}\n"
+                  "This is a bug in kinac, not in your program.", file=sys.stderr)
+            return 2
+
+
+def _short_warnings(show, category):
+    """`warnings.showwarning` that prints a `category` warning as one `kinac: warning: ...` line."""
+    def showwarning(message, cat, *rest, **kwargs):
+        if issubclass(cat, category):
+            print(f"kinac: warning: {message}", file=sys.stderr)
+        else:
+            show(message, cat, *rest, **kwargs)
+    return showwarning
 
 
 if __name__ == "__main__":

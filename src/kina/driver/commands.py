@@ -23,6 +23,7 @@ repeated parameter, or an unreadable file, is named too. Each such mistake is on
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import sys
 import time
@@ -33,6 +34,7 @@ import numpy as np
 from ..frontend.types import Signature, TensorType
 from ..interpreter import interpret
 from ..runtime import bind, empty, numpy_dtype
+from .interrupts import write_outputs
 
 
 class CommandError(Exception):
@@ -253,11 +255,14 @@ def random_inputs(sig: Signature, dims: dict[str, int], seed: int = 0) -> list[n
 # -- results -----------------------------------------------------------------------------
 
 def _write(results, folder: Path) -> None:
+    paths = [folder / f"{i}.npy" for i in range(len(results))]
+    files = {}
+    for path, r in zip(paths, results):
+        buffer = io.BytesIO()
+        np.save(buffer, r)
+        files[path] = buffer.getvalue()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = [folder / f"{i}.npy" for i in range(len(results))]
-        for path, r in zip(paths, results):
-            np.save(path, r)
+        write_outputs(files)  # all of them or none
     except OSError as e:
         raise CommandError(f"--output-dir {folder}: {e.strerror or e}") from None
     print(f"wrote {', '.join(map(str, paths))}", file=sys.stderr)

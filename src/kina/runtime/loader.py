@@ -42,6 +42,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from .. import knobs
 from ..frontend.types import DTYPES, Dim, Signature, TensorType
 from . import workers
 from .cpu import cpu_flags
@@ -312,11 +313,9 @@ def result_shapes(sig: Signature, env: dict[str, int]) -> list[tuple[int, ...]]:
 
 def default_threads() -> int:
     """KINA_NUM_THREADS if set, else the cores this process may run on."""
-    text = os.environ.get("KINA_NUM_THREADS")
-    if text:
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"KINA_NUM_THREADS: expected a positive integer, got {text!r}")
-        return int(text)
+    threads = knobs.get("KINA_NUM_THREADS")
+    if threads is not None:
+        return threads
     cpus = workers.cpus()
     return len(cpus) if cpus else os.cpu_count() or 1
 
