@@ -329,10 +329,7 @@ class StoryLM(Decoder):
         x[0, 0] = self._embed[token]
         cos[0], sin[0] = self._cos[S], self._sin[S]
         for call in steps[cache._cur]:
-            call.set_size(12, 3, S)        # k_past [1, H, Dh, S]
-            call.set_size(13, 2, S)        # v_past [1, H, S, Dh]
-            call.set_size(16, 3, S + 1)    # k_next
-            call.set_size(17, 2, S + 1)    # v_next
+            call.set_dims(S=S)  # k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
             call()
         cache._advance(1)
         logits()
@@ -346,7 +343,8 @@ class StoryLM(Decoder):
         cos, sin = runtime.empty((1, 1, 1, 1, R), dt), runtime.empty((1, 1, 1, 1, R), dt)
         step = self._kernels.decoder_step
         steps = [[step.prepare([xs[i], *self._layers[i], cos, sin, cache._k[i][cur], cache._v[i][cur],
-                                self._eps, self._scale], [cache._k[i][1 - cur], cache._v[i][1 - cur], xs[i + 1]])
+                                self._eps, self._scale], [cache._k[i][1 - cur], cache._v[i][1 - cur], xs[i + 1]],
+                                dims=("S",))
                   for i in range(L)] for cur in (0, 1)]
         out = runtime.empty((1, 1, self.vocab_size), dt)
         logits = self._kernels.logits.prepare([xs[L], self._norm, self._head, self._eps], [out])
