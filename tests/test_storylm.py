@@ -35,33 +35,40 @@ def rel_err(got, want) -> np.ndarray:
 
 # -- the layer programs ----------------------------------------------------------------
 
-def layer_inputs(rng, D, H, F, S, P, dtype=np.float32):
-    """Random inputs of decoder_step (P = None) or decoder_prefill, scaled as a model's."""
-    Dh, R = D // H, D // H // 2
+def layer_inputs(rng, D, H, F, S, P, dtype=np.float32, Hk=None):
+    """Random inputs of decoder_step (P = None) or decoder_prefill, scaled as a model's,
+    with Hk key/value heads (default H) and biases."""
+    Dh, R, Hk = D // H, D // H // 2, Hk or H
+    G, KV = H // Hk, Hk * (D // H)
     r = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(dtype)
     n = 1 if P is None else P
     gain = lambda: (1 + 0.1 * rng.standard_normal((1, 1, D))).astype(dtype)
     angle = rng.uniform(0, 2 * math.pi, (1, n, 1, 1, R))
-    head = [r(1, n, D), gain(), *(r(D, D, scale=D ** -0.5) for _ in range(4)), gain(),
+    w = D ** -0.5
+    head = [r(1, n, D), gain(), r(D, D, scale=w), r(D, KV, scale=w), r(D, KV, scale=w), r(D, D, scale=w),
+            r(1, 1, Hk, G, Dh, scale=0.1), r(1, 1, Hk, Dh, scale=0.1), r(1, 1, Hk, Dh, scale=0.1),
+            r(1, 1, D, scale=0.1), gain(),
             r(D, F, scale=D ** -0.5), r(D, F, scale=D ** -0.5), r(F, D, scale=F ** -0.5),
-            np.cos(angle).astype(dtype), np.sin(angle).astype(dtype), r(1, H, Dh, S), r(1, H, S, Dh)]
+            np.cos(angle).astype(dtype), np.sin(angle).astype(dtype), r(1, Hk, Dh, S), r(1, Hk, S, Dh)]
     mask = [] if P is None else [causal_mask(S, P, dtype)]
     return head + mask + [np.full((1, 1, 1), 1e-6, dtype), np.full((1, 1, 1, 1), Dh ** -0.5, dtype)]
 
 
-def dims(D=32, H=4, F=88, V=96):
-    return dict(B=1, D=D, H=H, Dh=D // H, R=D // H // 2, F=F, V=V)
+def dims(D=32, H=4, F=88, V=96, Hk=4):
+    Dh = D // H
+    return dict(B=1, D=D, Hk=Hk, G=H // Hk, Dh=Dh, R=Dh // 2, Q=H * Dh, KV=Hk * Dh, F=F, V=V)
 
 
-def compare(fn: str, args, dtype="F32", rtol=2e-5):
-    """The model's build of kernels/storylm.kina (at SIZES) against the interpreter on `args`,
-    within `rtol`; the cached positions must come out of Kᵀ and V unchanged."""
-    compiled = getattr(_program(dtype, 32, 4, 88, 96), fn)(*args)
-    reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype}, dims=dims()), fn)(*args)
+def compare(fn: str, args, dtype="F32", rtol=2e-5, Hk=4):
+    """The model's build of kernels/storylm.kina (at SIZES, Hk key/value heads) against the
+    interpreter on `args`, within `rtol`; the cached positions must come out of Kᵀ and V unchanged."""
+    compiled = getattr(_program(dtype, 32, Hk, 4 // Hk, 8, 88, 96), fn)(*args)
+    reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype}, dims=dims(Hk=Hk)),
+                        fn)(*args)
     for i, (got, want) in enumerate(zip(compiled, reference)):
         assert_same(got, want, rtol=rtol, atol=rtol, what=f"{fn} result {i}")
     if fn != "logits":
-        k_past, v_past, S = args[12], args[13], args[12].shape[3]
+        k_past, v_past, S = args[16], args[17], args[16].shape[3]
         assert_same(compiled[0][..., :S], k_past, what="k_next's cached positions")
         assert_same(compiled[1][:, :, :S], v_past, what="v_next's cached positions")
 
@@ -74,6 +81,13 @@ def test_decoder_step_matches_the_interpreter(S):
 @pytest.mark.parametrize("S, P", [(0, 5), (3, 4)])
 def test_decoder_prefill_matches_the_interpreter(S, P):
     compare("decoder_prefill", layer_inputs(np.random.default_rng(10 + P), 32, 4, 88, S, P))
+
+
+@pytest.mark.parametrize("Hk, P", [(2, None), (1, None), (2, 3), (1, 3)])
+def test_grouped_query_layers_match_the_interpreter(Hk, P):
+    """Grouped-query (2 key/value heads for 4 query heads) and multi-query (1) attention."""
+    compare("decoder_step" if P is None else "decoder_prefill",
+            layer_inputs(np.random.default_rng(20 + Hk), 32, 4, 88, 5, P, Hk=Hk), Hk=Hk)
 
 
 def test_logits_match_the_interpreter():
@@ -92,7 +106,7 @@ def test_the_example_is_the_kernel_at_f32():
     from kina.driver.pipeline import Options, _render, run_stages
     text = KERNEL.read_text()
     step = text[text.index("let decoder_step"):text.index("// P new positions")]
-    sizes = (("D", 512), ("H", 8), ("Dh", 64), ("R", 32), ("F", 1408))
+    sizes = (("D", 512), ("Hk", 8), ("G", 1), ("Dh", 64), ("R", 32), ("Q", 512), ("KV", 512), ("F", 1408))
     ir = [_render(run_stages(source, "step.kina", "mlir", Options(dtypes=dtypes, dims=d)), "mlir")
           for source, dtypes, d in ((step, (("T", "F32"),), sizes),
                                     ((EXAMPLES / "storylm0_decoder_step.kina").read_text(), (), ()))]
