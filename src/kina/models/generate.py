@@ -182,11 +182,9 @@ def _generate(args) -> int:
     folder = Path(args.model_dir)
     read_config(folder)  # a bad folder fails here, before the tokenizer or the weights are read
     text = load_tokenizer(folder) if args.prompt is not None or (folder / "tokenizer.json").is_file() else None
-    ids = text.encode(args.prompt) if args.prompt is not None else args.prompt_ids
+    ids = text.encode(args.prompt) if args.prompt is not None else args.prompt_ids  # sizes the model's positions
     t0 = time.perf_counter()
-    m = Pretrained.__new__(Pretrained)
-    m.folder, m.text = folder, text
-    m.model = load_pretrained(folder, runtime.numpy_dtype(args.dtype), len(ids) + args.max_new_tokens)
+    m = Pretrained(folder, runtime.numpy_dtype(args.dtype), max_seq_len=len(ids) + args.max_new_tokens)
     loaded = time.perf_counter() - t0
     err, out = sys.stderr, sys.stdout
     n = [0]

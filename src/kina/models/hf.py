@@ -40,7 +40,7 @@ import numpy as np
 
 from .. import runtime
 from .common import kina_dtype
-from .storylm import ROPE_TYPES, StoryLM
+from .storylm import ROPE_TYPES, StoryLM, weight_layout
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not given (capped by the config's)
@@ -264,7 +264,6 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
     options = read_config(folder, max_seq_len)
     arch, stored, window = options.pop("architecture"), options.pop("dtype"), options.pop("sliding_window")
     dt = kina_dtype(np.float32 if dtype is None else dtype)
-    from .storylm import weight_layout
     layout = weight_layout(options["n_layers"], options["qkv_bias"], options["o_bias"], options["tie_embeddings"])
     D, F, V = options["d_model"], options["ffn_dim"], options["vocab_size"]
     Q, KV = options["n_heads"] * options["head_dim"], options["n_kv_heads"] * options["head_dim"]
