@@ -246,7 +246,7 @@ def test_kernels_see_only_the_filled_prefix():
     call, seen = cache._call, []
 
     class Recorded:  # the prepared call, recording the N of K^T (dim 3) and V (dim 2) it is made with
-        set_dims, set_data = call.set_dims, call.set_data
+        set_dim, set_data = call.set_dim, call.set_data
 
         def __call__(self):
             seen.append((call.words[call._size_word["k", "N"]], call.words[call._size_word["v", "N"]]))
@@ -577,9 +577,12 @@ def test_prepared_call_patches_by_name_and_checks_names_once():
     call = attend.prepare([cache._q, cache._k, cache._v, cache._s], [out], dims=("N",))
     call.set_dims(N=5)
     assert (call.words[call._size_word["k", "N"]], call.words[call._size_word["v", "N"]]) == (5, 5)
+    call.set_dim("N", 4)
+    assert (call.words[call._size_word["k", "N"]], call.words[call._size_word["v", "N"]]) == (4, 4)
     call.set_size("k", "N", 3)
     assert call.words[call._size_word["k", "N"]] == 3
     for patch, words in [(lambda: call.set_dims(Dh=4), "'Dh' was not named to prepare"),
+                         (lambda: call.set_dim("S", 4), "'S' was not named to prepare"),
                          (lambda: call.set_size("kk", "N", 3), "no parameter or result named 'kk'"),
                          (lambda: call.set_size("q", "N", 3), "q has no axis of size 'N'"),
                          (lambda: call.set_data("out1", out), "no parameter or result named 'out1'")]:

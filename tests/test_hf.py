@@ -47,6 +47,8 @@ SPECS = {
                                                                   "factor": 2.0})),
     "llama-mqa": ("llama", dict(num_key_value_heads=1, head_dim=4, rms_norm_eps=1e-5,
                                 rope_parameters={"rope_type": "default", "rope_theta": 500.0})),
+    "llama-attention-bias": ("llama", dict(num_key_value_heads=8, head_dim=4, attention_bias=True,
+                                           initializer_range=0.2)),
     "mistral": ("mistral", dict(num_key_value_heads=4, head_dim=4, sliding_window=4096)),
     "qwen2-bias-tied": ("qwen2", dict(num_key_value_heads=1, tie_word_embeddings=True, initializer_range=0.3)),
 }
@@ -149,6 +151,8 @@ def test_the_config_is_mapped(kina_model):
     assert gqa.rope_scaling["rope_type"] == "llama3" and mqa.rope_theta == 500.0 and mqa.eps == 1e-5
     qwen = kina_model("qwen2-bias-tied")
     assert qwen.qkv_bias and not qwen.o_bias and qwen.architecture == "Qwen2ForCausalLM"
+    biased = kina_model("llama-attention-bias")
+    assert biased.qkv_bias and biased.o_bias and "layers.1.bo" in biased.weights
     # the cache holds the key/value heads only: bytes per token fall with the group
     assert [m.bytes_per_token for m in (mha, gqa, mqa)] == [2 * 2 * h * 4 * 4 for h in (8, 4, 1)]
     cache = mqa.new_cache()
@@ -347,10 +351,13 @@ def test_generate_text_matches_transformers(text_folder, checkpoint):
     assert m.generate(out.prompt_ids, max_new_tokens=40).ids == out.ids  # text or ids
     if 1 in out.ids:
         assert out.ids[-1] == 1  # stopped at EOS
-    if len(out.text) > 3:  # a stop string cuts the text before it, and stops
-        stop = out.text[2:4]
-        cut = m.generate("Once upon a time", max_new_tokens=40, stop=[stop])
-        assert cut.text == out.text[:out.text.index(stop)] and len(cut.ids) <= len(out.ids)
+    assert len(out.text) > 6
+    pieces = []  # streamed text is the text
+    assert m.generate("Once upon a time", max_new_tokens=40, on_text=pieces.append).text == "".join(pieces)
+    stop = out.text[4:7]  # a stop string cuts the text before it, stops, and is never streamed
+    pieces = []
+    cut = m.generate("Once upon a time", max_new_tokens=40, stop=[stop], on_text=pieces.append)
+    assert cut.text == "".join(pieces) == out.text[:out.text.index(stop)] and len(cut.ids) < len(out.ids)
 
 
 def test_kina_generate_json(text_folder, capsys):
@@ -388,9 +395,15 @@ def test_kina_generate_streams_text_as_a_module(text_folder):
     (["generate", "{folder}", "--prompt-ids", "1", "--top-p", "2"], "top_p"),
     (["generate", "{folder}", "--prompt-ids", "1", "--max-new-tokens", "0"], "--max-new-tokens: expected an int >= 1"),
     (["generate", "{folder}", "--prompt", "hi"], "tokenizer.json: no such file"),
+    (["generate", "{folder}", "--prompt-ids", "1", "--dtype", "F8"], "argument --dtype: invalid choice: 'F8'"),
+    (["generate", "{folder}"], "one of the arguments --prompt --prompt-ids is required"),
 ])
 def test_kina_generate_errors_are_one_line(checkpoint, capsys, argv, words):
     folder = str(checkpoint("llama-mha")[0])
-    assert main([a.replace("{folder}", folder) for a in argv]) == 2
+    try:
+        status = main([a.replace("{folder}", folder) for a in argv])
+    except SystemExit as e:  # argparse's usage errors
+        status = e.code
+    assert status == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and "Traceback" not in err

@@ -87,6 +87,7 @@ class Pretrained:
         eos = set(self.text.eos_ids) if self.text else set()
         out = Completion(ids, [], "")
         shown = 0  # characters passed to on_text
+        hold = max((len(s) for s in stop), default=1) - 1
         for token, _, seconds in self.model.stream(ids, max_new_tokens, choose=sampler.chooser()):
             out.ids.append(token)
             if len(out.ids) == 1:
@@ -100,10 +101,12 @@ class Pretrained:
             if self.text is None:
                 continue
             out.text, stopped = self._cut(self.text.decode(out.ids), stop)
-            # a character still in the middle of its bytes decodes as U+FFFD: wait for the rest
-            if on_text is not None and len(out.text) > shown and not out.text.endswith("\ufffd"):
-                on_text(out.text[shown:])
-                shown = len(out.text)
+            # Held back: a character still in the middle of its bytes (it decodes as U+FFFD),
+            # and the last characters that could begin a stop string.
+            ready = len(out.text) - hold if not stopped else len(out.text)
+            if on_text is not None and ready > shown and not out.text[:ready].endswith("\ufffd"):
+                on_text(out.text[shown:ready])
+                shown = ready
             if stopped:
                 break
         if self.text is not None:
@@ -134,9 +137,16 @@ def _ids(text: str) -> list[int]:
     return ids
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (`kina generate: error: ...`), as every other error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kina", description="Run models with Kina.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="kina", description="Run models with Kina.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     g = sub.add_parser("generate", help="continue a prompt with a Hugging Face Llama/Mistral/Qwen2 folder",
                        description="Continue a prompt with a Hugging Face model folder (config.json, "
                                    "model.safetensors, tokenizer.json), token for token as transformers.")

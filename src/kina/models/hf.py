@@ -291,7 +291,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
             raise CheckpointError(f"{path}: tensor {hf!r} has shape {list(a.shape)}, expected {list(shape)} "
                                   f"(from config.json)")
         out = runtime.empty(shape[::-1] if transposed else shape, dt)
-        out[...] = (a.T if transposed else a).astype(dt)
+        out[...] = a.T if transposed else a  # converted element by element, no temporary copy
         weights[name] = out
     model = StoryLM(**options, dtype=dt, weights=weights, _own_weights=True)
     model.architecture, model.checkpoint_dtype, model.sliding_window, model.folder = arch, stored, window, folder

@@ -296,7 +296,7 @@ class KVCache:
 
     @staticmethod
     def _patch(call, n: int, out: np.ndarray) -> None:
-        call.set_dims(N=n)  # K^T [B, H, Dh, N], V [B, H, N, Dh]
+        call.set_dim("N", n)  # K^T [B, H, Dh, N], V [B, H, N, Dh]
         call.set_data("out0", out)
 
     def _parts(self) -> list:

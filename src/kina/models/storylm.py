@@ -421,7 +421,7 @@ class StoryLM(Decoder):
         x[0, 0] = self._embed[token]
         cos[0], sin[0] = self._cos[S], self._sin[S]
         for call in steps[cache._cur]:
-            call.set_dims(S=S)  # k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
+            call.set_dim("S", S)  # k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
             call()
         cache._advance(1)
         logits()

@@ -488,7 +488,7 @@ class PreparedCall:
     `out0`, `out1`, ...), sizes by the signature's dim names:
 
         call = fn.prepare([q, k, v, s], [out], dims=("N",))
-        call.set_dims(N=n)          # every axis whose size is N (or N+1, ...) in any descriptor
+        call.set_dim("N", n)        # every axis whose size is N (or N+1, ...) in any descriptor
         call.set_size("k", "N", n)  # just k's axis of size N
         call.set_data("out0", a)
 
@@ -534,16 +534,22 @@ class PreparedCall:
                              f"(it has: {', '.join(self._start)})")
         return start
 
-    def set_dims(self, **sizes: int) -> None:
-        """Each named dim is now this long, in every descriptor that carries it (as a
-        whole axis or inside one like S+1); only dims named to `prepare` may be set."""
+    def set_dim(self, dim: str, n: int) -> None:
+        """The dim `dim` is now `n` long, in every descriptor that carries it (as a whole
+        axis or inside one like S+1); only dims named to `prepare` may be set. (Per
+        decode step and layer: as cheap as four bare stores by position.)"""
         raw = self._raw
+        try:
+            words = self._dim_words[dim]
+        except KeyError:
+            raise ValueError(f"{self._fn.__name__}(): set_dim: dim {dim!r} was not named to prepare(dims=...)") from None
+        for word, const, coeff in words:
+            raw[word] = const + coeff * n
+
+    def set_dims(self, **sizes: int) -> None:
+        """`set_dim` for each dim given."""
         for dim, n in sizes.items():
-            words = self._dim_words.get(dim)
-            if words is None:
-                raise ValueError(f"{self._fn.__name__}(): set_dims: dim {dim!r} was not named to prepare(dims=...)")
-            for word, const, coeff in words:
-                raw[word] = const + coeff * n
+            self.set_dim(dim, n)
 
     def set_size(self, name: str, dim: str, n: int) -> None:
         """Argument `name`'s axis whose size is the dim `dim` is now `n` long."""
