@@ -153,6 +153,20 @@ def test_compiled_and_numpy_models_agree():
     assert rel_err(got.logits, want.logits).max() < 1e-5
 
 
+def test_grouped_query_biased_tied_models_agree_with_numpy():
+    """The Llama-family options (tests/test_hf.py checks them against transformers): 2 key/value
+    heads for 4 query heads, q/k/v/o biases, a tied head, llama3 rope; cached, recomputed, NumPy."""
+    options = dict(n_kv_heads=2, qkv_bias=True, o_bias=True, tie_embeddings=True, seed=13,
+                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    compiled, numpy_model = model(**options), model(NumPyStoryLM, **options)
+    assert "head" not in compiled.weights and compiled.weights["layers.0.wk"].shape == (32, 16)
+    assert compiled.bytes_per_token == model().bytes_per_token // 2
+    got, want = compiled.trace(PROMPT, 24), numpy_model.trace(PROMPT, 24)
+    assert got.tokens == want.tokens == compiled.generate(PROMPT, 24, use_cache=False)
+    assert rel_err(got.logits, want.logits).max() < 1e-5
+
+
 def test_prefill_then_decode_equals_token_by_token():
     m = model(seed=6)
     tokens = PROMPT + [3, 70, 12]
@@ -265,6 +279,10 @@ def test_safetensors_round_trip(tmp_path):
     (dict(dtype=np.int32), TypeError, "dtype"),
     (dict(eps=0.0), ValueError, "eps"),
     (dict(rope_theta=float("inf")), ValueError, "rope_theta"),
+    (dict(n_kv_heads=3), ValueError, "n_kv_heads: n_heads = 4 is not a multiple of n_kv_heads = 3"),
+    (dict(head_dim=7), ValueError, "head_dim = 7 must be even"),
+    (dict(rope_scaling={"rope_type": "yarn"}), ValueError, "unknown rope_type 'yarn'"),
+    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), ValueError, "needs 'low_freq_factor'"),
 ])
 def test_bad_sizes(change, exc, words):
     with pytest.raises(exc, match=words):

@@ -123,6 +123,11 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: Mapping | None = None) -
     (long wavelengths divided by `factor`, short ones kept, a smooth blend between)."""
     inv_freq = theta ** (-2 * np.arange(head_dim // 2, dtype=np.float64) / head_dim)
     kind = (scaling or {}).get("rope_type", "default")
+    needs = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                                               "original_max_position_embeddings")}.get(kind, ())
+    for key in needs:
+        if key not in scaling:
+            raise ValueError(f"rope_scaling: rope_type {kind!r} needs {key!r}")
     if kind == "linear":
         return inv_freq / float(scaling["factor"])
     if kind == "llama3":
