@@ -494,11 +494,11 @@ def test_run_bad_inputs_are_named(capsys, tmp_path):
         (inputs[:-1] + ["scale"], "--input expects NAME=@FILE.npy or NAME=NUMBER, got 'scale'"),
         (inputs[:-1] + ["scale=x"], "parameter 'scale' expects @FILE.npy or a number for float32 (F32), got 'x'"),
         (inputs[:-1] + ["scale=1e39"], "parameter 'scale' expects float32 (F32), got 1e39, which float32 cannot"),
-        (inputs[:-1] + [f"scale=@{folder}/none.npy"], f"--input scale=@{folder}/none.npy: cannot read "
-                                                      f"{folder}/none.npy: No such file or directory"),
-        (inputs[:-1] + [f"scale=@{folder}/text.npy"], f"{folder}/text.npy is not a .npy file of numbers"),
-        (inputs[:-1] + [f"scale=@{folder}/both.npz"], f"{folder}/both.npz is an .npz archive; give each array "
-                                                      f"as its own .npy file"),
+        (inputs[:-1] + [f"scale=@{folder}/none.npy"], f"--input scale: {folder}/none.npy: no such file"),
+        (inputs[:-1] + [f"scale=@{folder}/text.npy"], f"--input scale: {folder}/text.npy: is not a .npy array file"),
+        (inputs[:-1] + [f"scale=@{folder}/both.npz"], f"--input scale: {folder}/both.npz: is an .npz archive, not a "
+                                                      f".npy array file (give each array as its own .npy file)"),
+        (inputs[:-1] + [f"scale=@{folder}"], f"--input scale: {folder}: is a directory"),
     ]
     for args, fragment in cases:
         rc, out, err = main(capsys, "run", STATIC, *args)
@@ -614,3 +614,38 @@ def test_usage_text_names_every_option():
             if flags:  # one spelling is enough (-o or --output)
                 assert any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", entry) for f in flags), \
                     f"{command}: {'/'.join(flags)} is not in the usage"
+
+
+def test_damaged_files_are_one_line_naming_the_file(tmp_path):
+    """Every file kinac reads, truncated, garbage, huge or a directory: one line naming the
+    file and what it was for, exit 1, through the real program (kina.files)."""
+    import struct
+    good = tmp_path / "q.npy"
+    np.save(good, np.ones((1, 2, 1, 2), np.float32))
+    cut = tmp_path / "cut.npy"
+    cut.write_bytes(good.read_bytes()[:-3])
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    huge = tmp_path / "huge.npy"
+    huge.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + b"\0" * 64)
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "dir.kina").mkdir()
+    example = str(STATIC)
+    inputs = ["--input", "k_past=0", "--input", "k_new=0", "--input", "v_past=0", "--input", "v_new=0",
+              "--input", "scale=0"]
+    cases = [
+        (["run", example, "--input", f"q_new=@{cut}", *inputs], f"--input q_new: {cut}: is truncated"),
+        (["run", example, "--input", f"q_new=@{huge}", *inputs], f"--input q_new: {huge}: is truncated: its header "
+                                                                 "declares [100000, 100000] float32"),
+        (["run", example, "--input", f"q_new=@{garbage}", *inputs], f"--input q_new: {garbage}: is not a .npy"),
+        (["opt", str(garbage), "--passes", "abi"], f"the input IR: {garbage}: is not UTF-8 text"),
+        (["opt", str(tmp_path), "--passes", "abi"], f"the input IR: {tmp_path}: is a directory"),
+        ([str(tmp_path / "dir.kina")], f"the source: {tmp_path / 'dir.kina'}: is a directory"),
+        ([str(garbage)], f"{garbage}:2:118: error: source is not valid UTF-8 (byte 0x80 at offset 128)"),
+    ]
+    for argv, words in cases:
+        proc = subprocess.run([sys.executable, "-m", "kina", *argv], capture_output=True, text=True)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
+        assert proc.stderr.count("\n") == 1 or ": error: " in proc.stderr.splitlines()[0], (argv, proc.stderr)

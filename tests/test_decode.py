@@ -246,10 +246,10 @@ def test_kernels_see_only_the_filled_prefix():
     call, seen = cache._call, []
 
     class Recorded:  # the prepared call, recording the N of K^T (dim 3) and V (dim 2) it is made with
-        set_size, set_data = call.set_size, call.set_data
+        set_dim, set_data = call.set_dim, call.set_data
 
         def __call__(self):
-            seen.append((call.words[call._starts[1] + 3 + 3], call.words[call._starts[2] + 3 + 2]))
+            seen.append((call.words[call._size_word["k", "N"]], call.words[call._size_word["v", "N"]]))
             call()
     cache._call = Recorded()
     cache.attend(q, 1.0)
@@ -567,3 +567,27 @@ def test_step_on_an_empty_cache_with_no_new_position_is_refused():
     with pytest.raises(ValueError, match="step: the cache is empty"):
         cache.step(q, np.zeros((B, H, Dh, 0), np.float32), np.zeros((B, H, 0, Dh), np.float32), 1.0)
     assert cache.n_filled == 0
+
+
+def test_prepared_call_patches_by_name_and_checks_names_once():
+    """PreparedCall names arguments and dims as the signature does; unknown names are
+    ValueErrors naming them, found when the call is prepared (dims) or patched."""
+    cache = filled(3, t=16)
+    attend = cache._kernels.attend
+    out = np.empty((B, H, 1, Dh), np.float32)
+    with pytest.raises(ValueError, match="no parameter or result has a dim named 'S'"):
+        attend.prepare([cache._q, cache._k, cache._v, cache._s], [out], dims=("S",))
+    call = attend.prepare([cache._q, cache._k, cache._v, cache._s], [out], dims=("N",))
+    call.set_dims(N=5)
+    assert (call.words[call._size_word["k", "N"]], call.words[call._size_word["v", "N"]]) == (5, 5)
+    call.set_dim("N", 4)
+    assert (call.words[call._size_word["k", "N"]], call.words[call._size_word["v", "N"]]) == (4, 4)
+    call.set_size("k", "N", 3)
+    assert call.words[call._size_word["k", "N"]] == 3
+    for patch, words in [(lambda: call.set_dims(Dh=4), "'Dh' was not named to prepare"),
+                         (lambda: call.set_dim("S", 4), "'S' was not named to prepare"),
+                         (lambda: call.set_size("kk", "N", 3), "no parameter or result named 'kk'"),
+                         (lambda: call.set_size("q", "N", 3), "q has no axis of size 'N'"),
+                         (lambda: call.set_data("out1", out), "no parameter or result named 'out1'")]:
+        with pytest.raises(ValueError, match=words):
+            patch()

@@ -35,33 +35,40 @@ def rel_err(got, want) -> np.ndarray:
 
 # -- the layer programs ----------------------------------------------------------------
 
-def layer_inputs(rng, D, H, F, S, P, dtype=np.float32):
-    """Random inputs of decoder_step (P = None) or decoder_prefill, scaled as a model's."""
-    Dh, R = D // H, D // H // 2
+def layer_inputs(rng, D, H, F, S, P, dtype=np.float32, Hk=None):
+    """Random inputs of decoder_step (P = None) or decoder_prefill, scaled as a model's,
+    with Hk key/value heads (default H) and biases."""
+    Dh, R, Hk = D // H, D // H // 2, Hk or H
+    G, KV = H // Hk, Hk * (D // H)
     r = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(dtype)
     n = 1 if P is None else P
     gain = lambda: (1 + 0.1 * rng.standard_normal((1, 1, D))).astype(dtype)
     angle = rng.uniform(0, 2 * math.pi, (1, n, 1, 1, R))
-    head = [r(1, n, D), gain(), *(r(D, D, scale=D ** -0.5) for _ in range(4)), gain(),
+    w = D ** -0.5
+    head = [r(1, n, D), gain(), r(D, D, scale=w), r(D, KV, scale=w), r(D, KV, scale=w), r(D, D, scale=w),
+            r(1, 1, Hk, G, Dh, scale=0.1), r(1, 1, Hk, Dh, scale=0.1), r(1, 1, Hk, Dh, scale=0.1),
+            r(1, 1, D, scale=0.1), gain(),
             r(D, F, scale=D ** -0.5), r(D, F, scale=D ** -0.5), r(F, D, scale=F ** -0.5),
-            np.cos(angle).astype(dtype), np.sin(angle).astype(dtype), r(1, H, Dh, S), r(1, H, S, Dh)]
+            np.cos(angle).astype(dtype), np.sin(angle).astype(dtype), r(1, Hk, Dh, S), r(1, Hk, S, Dh)]
     mask = [] if P is None else [causal_mask(S, P, dtype)]
     return head + mask + [np.full((1, 1, 1), 1e-6, dtype), np.full((1, 1, 1, 1), Dh ** -0.5, dtype)]
 
 
-def dims(D=32, H=4, F=88, V=96):
-    return dict(B=1, D=D, H=H, Dh=D // H, R=D // H // 2, F=F, V=V)
+def dims(D=32, H=4, F=88, V=96, Hk=4):
+    Dh = D // H
+    return dict(B=1, D=D, Hk=Hk, G=H // Hk, Dh=Dh, R=Dh // 2, Q=H * Dh, KV=Hk * Dh, F=F, V=V)
 
 
-def compare(fn: str, args, dtype="F32", rtol=2e-5):
-    """The model's build of kernels/storylm.kina (at SIZES) against the interpreter on `args`,
-    within `rtol`; the cached positions must come out of Kᵀ and V unchanged."""
-    compiled = getattr(_program(dtype, 32, 4, 88, 96), fn)(*args)
-    reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype}, dims=dims()), fn)(*args)
+def compare(fn: str, args, dtype="F32", rtol=2e-5, Hk=4):
+    """The model's build of kernels/storylm.kina (at SIZES, Hk key/value heads) against the
+    interpreter on `args`, within `rtol`; the cached positions must come out of Kᵀ and V unchanged."""
+    compiled = getattr(_program(dtype, 32, Hk, 4 // Hk, 8, 88, 96), fn)(*args)
+    reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype}, dims=dims(Hk=Hk)),
+                        fn)(*args)
     for i, (got, want) in enumerate(zip(compiled, reference)):
         assert_same(got, want, rtol=rtol, atol=rtol, what=f"{fn} result {i}")
     if fn != "logits":
-        k_past, v_past, S = args[12], args[13], args[12].shape[3]
+        k_past, v_past, S = args[16], args[17], args[16].shape[3]
         assert_same(compiled[0][..., :S], k_past, what="k_next's cached positions")
         assert_same(compiled[1][:, :, :S], v_past, what="v_next's cached positions")
 
@@ -74,6 +81,13 @@ def test_decoder_step_matches_the_interpreter(S):
 @pytest.mark.parametrize("S, P", [(0, 5), (3, 4)])
 def test_decoder_prefill_matches_the_interpreter(S, P):
     compare("decoder_prefill", layer_inputs(np.random.default_rng(10 + P), 32, 4, 88, S, P))
+
+
+@pytest.mark.parametrize("Hk, P", [(2, None), (1, None), (2, 3), (1, 3)])
+def test_grouped_query_layers_match_the_interpreter(Hk, P):
+    """Grouped-query (2 key/value heads for 4 query heads) and multi-query (1) attention."""
+    compare("decoder_step" if P is None else "decoder_prefill",
+            layer_inputs(np.random.default_rng(20 + Hk), 32, 4, 88, 5, P, Hk=Hk), Hk=Hk)
 
 
 def test_logits_match_the_interpreter():
@@ -92,7 +106,7 @@ def test_the_example_is_the_kernel_at_f32():
     from kina.driver.pipeline import Options, _render, run_stages
     text = KERNEL.read_text()
     step = text[text.index("let decoder_step"):text.index("// P new positions")]
-    sizes = (("D", 512), ("H", 8), ("Dh", 64), ("R", 32), ("F", 1408))
+    sizes = (("D", 512), ("Hk", 8), ("G", 1), ("Dh", 64), ("R", 32), ("Q", 512), ("KV", 512), ("F", 1408))
     ir = [_render(run_stages(source, "step.kina", "mlir", Options(dtypes=dtypes, dims=d)), "mlir")
           for source, dtypes, d in ((step, (("T", "F32"),), sizes),
                                     ((EXAMPLES / "storylm0_decoder_step.kina").read_text(), (), ()))]
@@ -136,6 +150,20 @@ def test_compiled_and_numpy_models_agree():
     compiled, numpy_model = model(seed=5), model(NumPyStoryLM, seed=5)
     got, want = compiled.trace(PROMPT, 24), numpy_model.trace(PROMPT, 24)
     assert got.tokens == want.tokens
+    assert rel_err(got.logits, want.logits).max() < 1e-5
+
+
+def test_grouped_query_biased_tied_models_agree_with_numpy():
+    """The Llama-family options (tests/test_hf.py checks them against transformers): 2 key/value
+    heads for 4 query heads, q/k/v/o biases, a tied head, llama3 rope; cached, recomputed, NumPy."""
+    options = dict(n_kv_heads=2, qkv_bias=True, o_bias=True, tie_embeddings=True, seed=13,
+                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    compiled, numpy_model = model(**options), model(NumPyStoryLM, **options)
+    assert "head" not in compiled.weights and compiled.weights["layers.0.wk"].shape == (32, 16)
+    assert compiled.bytes_per_token == model().bytes_per_token // 2
+    got, want = compiled.trace(PROMPT, 24), numpy_model.trace(PROMPT, 24)
+    assert got.tokens == want.tokens == compiled.generate(PROMPT, 24, use_cache=False)
     assert rel_err(got.logits, want.logits).max() < 1e-5
 
 
@@ -217,17 +245,27 @@ def test_bad_weights_name_the_tensor(tmp_path, change, exc, words):
 
 
 def test_bad_weights_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no such file"):
+    with pytest.raises(ValueError, match=r"weights: .*absent\.npz: no such file"):
         model(weights=tmp_path / "absent.npz")
     with pytest.raises(ValueError, match=r"expected a \.npz or \.safetensors file"):
         model(weights=tmp_path / "w.pt")
     (tmp_path / "junk.npz").write_bytes(b"not a zip file at all")
-    with pytest.raises(ValueError, match="is not a readable .npz file"):
+    with pytest.raises(ValueError, match=r"weights: .*junk\.npz: is not an \.npz archive"):
         model(weights=tmp_path / "junk.npz")
     np.save(tmp_path / "one.npy", np.zeros(3))
     (tmp_path / "one.npy").rename(tmp_path / "one.npz")
-    with pytest.raises(ValueError, match="holds one array, not named tensors"):
+    with pytest.raises(ValueError, match=r"one\.npz: is not an \.npz archive"):
         model(weights=tmp_path / "one.npz")
+    (tmp_path / "cut.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    with pytest.raises(ValueError, match=r"weights: .*cut\.safetensors: is not a \.safetensors file, or is truncated"):
+        model(weights=tmp_path / "cut.safetensors")
+    nan = dict(model().weights)
+    nan["layers.0.wv"] = nan["layers.0.wv"].copy()
+    nan["layers.0.wv"][2, 7] = np.inf
+    with pytest.raises(ValueError, match=r"tensor 'layers.0.wv' holds NaN or infinity \(1 of \d+ values, the first "
+                                         r"at index \[2, 7\]\); pass allow_nonfinite=True"):
+        model(weights=nan)
+    assert model(weights=nan, allow_nonfinite=True).weights["layers.0.wv"][2, 7] == np.inf
     with pytest.raises(TypeError, match="weights: expected a path"):
         model(weights=[1, 2])
     with pytest.raises(TypeError, match="tensor 'embed' must be a numpy.ndarray, got list"):
@@ -251,6 +289,10 @@ def test_safetensors_round_trip(tmp_path):
     (dict(dtype=np.int32), TypeError, "dtype"),
     (dict(eps=0.0), ValueError, "eps"),
     (dict(rope_theta=float("inf")), ValueError, "rope_theta"),
+    (dict(n_kv_heads=3), ValueError, "n_kv_heads: n_heads = 4 is not a multiple of n_kv_heads = 3"),
+    (dict(head_dim=7), ValueError, "head_dim = 7 must be even"),
+    (dict(rope_scaling={"rope_type": "yarn"}), ValueError, "unknown rope_type 'yarn'"),
+    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), ValueError, "needs 'low_freq_factor'"),
 ])
 def test_bad_sizes(change, exc, words):
     with pytest.raises(exc, match=words):

@@ -1,4 +1,5 @@
-"""`python -m kina ...` is `kinac ...`, and `main` is the kinac console script.
+"""`python -m kina ...` is `kinac ...`; `main` is the kinac console script and
+`generate` the `kina` one (`kina generate MODEL_DIR ...`).
 
 The first statements take over Ctrl-C, before anything else is imported: a tiny
 handler from builtins only, then `kina.driver.interrupts`, which undoes what is in
@@ -8,10 +9,13 @@ Library code never imports this module, so `import kina` installs no handler.
 """
 import _signal
 import os
+import sys
+
+_PROGRAM = "kina generate" if os.path.basename(sys.argv[0]) == "kina" else "kinac"
 
 
 def _interrupted(signum, frame):  # nothing to undo yet: only imports have run
-    os.write(2, b"kinac: interrupted\n")
+    os.write(2, f"{_PROGRAM}: interrupted\n".encode())
     os._exit(130)
 
 
@@ -19,7 +23,7 @@ _signal.signal(_signal.SIGINT, _interrupted)
 
 from .driver import interrupts  # noqa: E402  (after the handler, on purpose)
 
-interrupts.install()
+interrupts.install(_PROGRAM)
 
 
 def main() -> int:
@@ -27,6 +31,12 @@ def main() -> int:
     return kinac()
 
 
+def generate() -> int:
+    """`kina generate MODEL_DIR ...` (kina.models.generate), Ctrl-C taken over as for kinac."""
+    interrupts.install("kina generate")
+    from .models.generate import main as kina
+    return kina()
+
+
 if __name__ == "__main__":
-    import sys
     sys.exit(main())

@@ -137,6 +137,10 @@ def read_npy(path, what: str = "") -> np.ndarray:
         raise FileError(path, what, "is empty: expected a .npy array file")
     try:
         with open(path, "rb") as f:
+            if f.read(4) == b"PK\x03\x04":
+                raise FileError(path, what, "is an .npz archive, not a .npy array file (give each array as "
+                                            "its own .npy file)")
+            f.seek(0)
             shape, fortran, dtype, nbytes = _npy_header(f, path, what, size)
             return _read_data(f, path, what, shape, fortran, dtype, nbytes)
     except OSError as e:
@@ -219,8 +223,9 @@ def safetensors_header(path, what: str = "") -> tuple[dict[str, dict], int]:
     return tensors, start
 
 
-def read_safetensors(path, what: str = "", names=None) -> dict[str, np.ndarray]:
-    """The tensors of a `.safetensors` file (only `names`, if given), read with NumPy."""
+def read_safetensors(path, what: str = "", names=None, mmap: bool = False) -> dict[str, np.ndarray]:
+    """The tensors of a `.safetensors` file (only `names`, if given), read with NumPy; with
+    `mmap`, read-only views of a memory map of the file (nothing read until used)."""
     tensors, start = safetensors_header(path, what)
     if names is not None:
         missing = sorted(set(names) - tensors.keys())
@@ -229,6 +234,14 @@ def read_safetensors(path, what: str = "", names=None) -> dict[str, np.ndarray]:
         tensors = {k: tensors[k] for k in names}
     out = {}
     try:
+        if mmap:
+            size = os.stat(path).st_size
+            data = np.memmap(path, np.uint8, mode="r", offset=start) if size > start else np.zeros(0, np.uint8)
+            for name, entry in tensors.items():
+                begin, end = entry["data_offsets"]
+                dtype = np.dtype(SAFETENSORS_DTYPES[entry["dtype"]])
+                out[name] = data[begin:end].view(dtype).reshape(entry["shape"])
+            return out
         with open(path, "rb") as f:
             for name, entry in tensors.items():
                 begin, end = entry["data_offsets"]

@@ -98,6 +98,18 @@ def get(name: str) -> Any:
         raise KnobError(f"{name}: expected {knob.values}, got {text!r}") from None
 
 
+def set(name: str, text: str, what: str | None = None) -> None:
+    """Give knob `name` the value `text` for this process (and the tools it starts), as a
+    command-line flag does (`kina generate --threads 2`); a bad value is a `KnobError`
+    naming `what` (the flag), or else the variable."""
+    knob = KNOBS[name]
+    try:
+        knob.parse(text)
+    except ValueError:
+        raise KnobError(f"{what or name}: expected {knob.values}, got {text!r}") from None
+    os.environ[name] = text
+
+
 def markdown() -> str:
     """The knob table as the README's Environment section shows it."""
     rows = ["| variable | values | default | effect |", "| --- | --- | --- | --- |"]

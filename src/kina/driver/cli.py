@@ -90,10 +90,11 @@ def compile_main(argv: list[str]) -> int:
     if not args.file:
         parser.error("the .kina source file is required")
     src = Path(args.file)
+    from ..files import FileError, read_bytes
     try:
-        source = src.read_bytes()
-    except OSError as e:
-        print(f"kinac: error: cannot read {src}: {e.strerror}", file=sys.stderr)
+        source = read_bytes(src, "the source")
+    except FileError as e:
+        print(f"kinac: error: cannot read {e}", file=sys.stderr)
         return 1
     from .toolchain import CPU_LEVELS
     if args.cpu != "native" and args.cpu not in CPU_LEVELS:
@@ -180,10 +181,14 @@ def opt_main(argv: list[str]) -> int:
     except PipelineError as e:
         print(f"kinac opt: error: {e}", file=sys.stderr)
         return 1
+    from ..files import FileError, read_text
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    except OSError as e:
-        print(f"kinac opt: error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        text = sys.stdin.read() if args.file == "-" else read_text(args.file, "the input IR")
+    except FileError as e:
+        print(f"kinac opt: error: cannot read {e}", file=sys.stderr)
+        return 1
+    except UnicodeDecodeError as e:  # stdin
+        print(f"kinac opt: error: cannot read the input IR: stdin is not UTF-8 text ({e.reason})", file=sys.stderr)
         return 1
     if not args.split_input_file:
         out, failed = _opt_one(args, chosen, text, None)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..frontend.types import Signature, TensorType
+from ..files import FileError, read_bytes, read_npy
 from ..interpreter import interpret
 from ..runtime import bind, empty, numpy_dtype
 from .interrupts import write_outputs
@@ -115,9 +116,9 @@ def _load(args):
     """(source, its interpreted program, the chosen function's signature). A bad
     program raises its KinaError, which kinac renders."""
     try:
-        source = Path(args.file).read_bytes()
-    except OSError as e:
-        raise CommandError(f"cannot read {args.file}: {e.strerror}") from None
+        source = read_bytes(args.file, "the source")
+    except FileError as e:
+        raise CommandError(f"cannot read {e}") from None
     reference = interpret(source, args.file)
     sigs = {fn.name: fn.sig for fn in reference.program.functions}
     name = args.fn or next(iter(sigs))
@@ -196,16 +197,10 @@ def _given(sig: Signature, items: list[str]) -> dict[str, str]:
 
 
 def _read_npy(name: str, path: str, t: TensorType) -> np.ndarray:
-    where = f"--input {name}=@{path}"
     try:
-        a = np.load(path, allow_pickle=False)
-    except OSError as e:
-        raise CommandError(f"{where}: cannot read {path}: {e.strerror or e}") from None
-    except (ValueError, EOFError) as e:
-        raise CommandError(f"{where}: {path} is not a .npy file of numbers ({e or 'it is empty'})") from None
-    if not isinstance(a, np.ndarray):
-        a.close()
-        raise CommandError(f"{where}: {path} is an .npz archive; give each array as its own .npy file")
+        a = read_npy(path, f"--input {name}")
+    except FileError as e:
+        raise CommandError(str(e)) from None
     want = numpy_dtype(t.dtype)
     if a.dtype == np.dtype("V2") and str(want) == "bfloat16":  # NumPy saves bfloat16 as raw 2-byte values
         a = a.view(want)

@@ -38,9 +38,11 @@ _temporaries: set[str] = set()  # paths to remove on an interrupt
 _running: set = set()  # subprocess.Popen objects to kill on an interrupt
 
 
-def install() -> None:
-    """Take over SIGINT for the rest of this process (kinac's entry points only)."""
-    global _mode
+def install(program: str = "kinac") -> None:
+    """Take over SIGINT for the rest of this process (the entry points of kinac and of
+    `kina generate` only); the line names `program`."""
+    global _mode, LINE
+    LINE = f"{program}: interrupted"
     if _mode is None:
         _mode = "exit"
         _signal.signal(_signal.SIGINT, _on_sigint)

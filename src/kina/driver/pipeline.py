@@ -44,7 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__, knobs
+from .. import __version__, files, knobs
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
@@ -521,4 +521,4 @@ def compile_file(path: str | os.PathLike, options: Options | None = None, *,
                  dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None):
     """`compile_source` of the file at `path` (diagnostics name that file)."""
     path = Path(path)
-    return compile_source(path.read_bytes(), str(path), options, dtypes=dtypes, dims=dims)
+    return compile_source(files.read_bytes(path, "the source"), str(path), options, dtypes=dtypes, dims=dims)

@@ -119,10 +119,14 @@ def _render_one(loc: Loc, kind: str, message: str, source: str | None, color: bo
     head = f"{_paint(f'{loc}:', 'loc', color)} {_paint(f'{kind}:', kind, color)} {_paint(message, 'message', color and kind == 'error')}"
     if not source or loc.line <= 0:
         return head
-    lines = source.splitlines()
+    lines = source.split("\n")  # as the parser counts lines: \f, \v and the like are not line breaks here
     if loc.line > len(lines):
         return head
-    text = lines[loc.line - 1]
+    # control characters would move the terminal's cursor: each shows as one U+FFFD, so the caret still lines up
+    text = lines[loc.line - 1].removesuffix("\r")
+    if "\r" in text[loc.col - 1:]:  # an old Mac line end: the line as a terminal would show it ends there
+        text = text[:text.index("\r", loc.col - 1)]
+    text = "".join("\ufffd" if c != "\t" and (c < " " or "\x7f" <= c < "\xa0") else c for c in text)
     if len(text) > 200:  # keep a very long line readable: show a window around the column
         start = max(0, loc.col - 100)
         text, col = ("..." if start else "") + text[start:start + 200], loc.col - start + (3 if start else 0)

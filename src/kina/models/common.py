@@ -2,8 +2,9 @@
 
 In:  NumPy dtypes and sizes as users give them; the name of a kernel in `kernels/`.
 Out: `kina_dtype`, `count` (checked arguments); `kernel_program` (a kernel compiled
-     once per dtype); `causal_mask`; `Generation`; and `Decoder`, the greedy loop over
-     any model with `prefill`, `step`, `recompute` and `new_cache`.
+     once per dtype); `causal_mask`; `Generation`; and `Decoder`, the generation loop
+     (greedy, or any `choose`) over any model with `prefill`, `step`, `recompute` and
+     `new_cache`.
 
 Guarantees: a bad argument is a TypeError or ValueError naming the parameter. This
 module is imported by every model and imports none of them, so the models form no
@@ -16,7 +17,7 @@ import numbers
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -100,9 +101,12 @@ class Decoder:
         return out
 
     # -- generation -----------------------------------------------------------
-    def trace(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True,
-              on_step: Callable[[int, int, float], None] | None = None) -> Generation:
-        """Greedy generation, keeping each step's logits and time; `on_step(i, token, seconds)` after each."""
+    def stream(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True,
+               choose: Callable[[np.ndarray], int] | None = None) -> Iterator[tuple[int, np.ndarray, float]]:
+        """Generate up to n_new tokens after `prompt_tokens`, yielding (token, the logits
+        that chose it, seconds of the step) as each is chosen; the first step is the
+        prefill. `choose(logits)` picks the token (default: argmax, greedy). The caller
+        may stop early (at an end-of-sequence token) by leaving the loop."""
         prompt = self._tokens("prompt_tokens", prompt_tokens)
         n_new = count("n_new", n_new, 0)
         if not prompt:
@@ -111,7 +115,10 @@ class Decoder:
         if n_new and needed > self.max_seq_len:
             raise ValueError(f"n_new: {len(prompt)} prompt tokens + {n_new} new need {needed} positions, "
                              f"more than max_seq_len = {self.max_seq_len}")
-        tokens, rows, seconds = list(prompt), [], []
+        return self._stream(prompt, n_new, use_cache, choose)
+
+    def _stream(self, prompt, n_new, use_cache, choose):
+        tokens = list(prompt)
         caches = self.new_cache() if use_cache else None
         for i in range(n_new):
             t0 = time.perf_counter()
@@ -121,14 +128,28 @@ class Decoder:
                 logits = self.prefill(prompt, caches)
             else:
                 logits = self.step(tokens[-1], caches)
-            token = int(np.argmax(logits))
-            seconds.append(time.perf_counter() - t0)
+            nan = int(np.count_nonzero(np.isnan(logits)))
+            if nan:  # argmax would pick the NaN: a token that looks real from a broken model
+                raise FloatingPointError(f"generation step {i} (position {len(tokens) - 1}): {nan} of "
+                                         f"{logits.size} logits are NaN; the weights or the inputs hold "
+                                         "NaN or overflow (try a wider dtype)")
+            token = int(np.argmax(logits)) if choose is None else int(choose(logits))
+            seconds = time.perf_counter() - t0
+            tokens.append(token)
+            yield token, logits, seconds
+
+    def trace(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True,
+              on_step: Callable[[int, int, float], None] | None = None) -> Generation:
+        """Greedy generation, keeping each step's logits and time; `on_step(i, token, seconds)` after each."""
+        tokens, rows, seconds = [], [], []
+        for i, (token, logits, s) in enumerate(self.stream(prompt_tokens, n_new, use_cache)):
             tokens.append(token)
             rows.append(logits)
+            seconds.append(s)
             if on_step is not None:
-                on_step(i, token, seconds[-1])
+                on_step(i, token, s)
         logits = np.stack(rows) if rows else np.zeros((0, self.vocab_size), self.dtype)
-        return Generation(tokens[len(prompt):], logits, seconds)
+        return Generation(tokens, logits, seconds)
 
     def generate(self, prompt_tokens: Sequence[int], n_new: int, use_cache: bool = True) -> list[int]:
         """The n_new greedy (argmax) token ids that follow `prompt_tokens`."""

@@ -134,7 +134,7 @@ class KVCache:
     def _prepare(self) -> None:
         B, H, Dh = self.batch, self.n_heads, self.head_dim
         self._call = self._kernels.attend.prepare([self._q, self._k, self._v, self._s],
-                                                  [runtime.empty((B, H, 1, Dh), self.dtype)])
+                                                  [runtime.empty((B, H, 1, Dh), self.dtype)], dims=("N",))
         self._split_calls: tuple[int, list] | None = None  # (threads, [(call, where), ...])
 
     # -- fill and capacity -------------------------------------------------------
@@ -296,9 +296,8 @@ class KVCache:
 
     @staticmethod
     def _patch(call, n: int, out: np.ndarray) -> None:
-        call.set_size(1, 3, n)  # K^T [B, H, Dh, n]
-        call.set_size(2, 2, n)  # V [B, H, n, Dh]
-        call.set_data(4, out)
+        call.set_dim("N", n)  # K^T [B, H, Dh, N], V [B, H, N, Dh]
+        call.set_data("out0", out)
 
     def _parts(self) -> list:
         """Prepared calls on the runtime's split of the cache's buffers (by batch, else by
@@ -308,7 +307,7 @@ class KVCache:
             attend = self._kernels.attend
             context = np.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
             split = attend.split([self._q, self._k, self._v, self._s], [context], self.threads) or []
-            parts = [(attend.prepare(arrays, outs), where) for arrays, outs, where in split]
+            parts = [(attend.prepare(arrays, outs, dims=("N",)), where) for arrays, outs, where in split]
             self._split_calls = (self.threads, parts)
         return self._split_calls[1]
 

@@ -1,8 +1,10 @@
-"""StoryLM-0: a Llama-form decoder whose every layer step is one compiled Kina call.
+"""StoryLM: the Llama-family decoder (Llama, Mistral, Qwen2; StoryLM-0 is one
+configuration of it), whose every layer step is one compiled Kina call.
 
-In:  the model's sizes and either a seed (random weights) or a weights file
-     (`.npz`, or `.safetensors` when the `safetensors` package is installed) or a
+In:  the model's sizes and options and either a seed (random weights) or a weights
+     file (`.npz`, or `.safetensors` when the `safetensors` package is installed) or a
      mapping of arrays, named as `weight_layout` lists; then token ids.
+     (`kina.models.hf.load_pretrained` builds one from a Hugging Face model folder.)
 Out: `StoryLM`, whose `generate` returns greedy token ids, decoding with a KV cache
      (prefill, then one compiled step per layer per token) or, with
      `use_cache=False`, recomputing the whole sequence at every token; and
@@ -11,30 +13,41 @@ Out: `StoryLM`, whose `generate` returns greedy token ids, decoding with a KV ca
 
 The model (kernels/storylm.kina; examples/storylm0_decoder_step.kina is its F32 step):
 per layer, h = x + Attn(RMSNorm(x)) and out = h + MLP(RMSNorm(h)), RMSNorm with a
-gain and eps, NeoX rotary embedding on q and k, attention scaled by 1/sqrt(Dh),
-a SwiGLU MLP; then a final RMSNorm and the output head. Weights are stored
-[in, out] (a projection is x @ W), as in this table (D = d_model, F = ffn_dim,
-V = vocab_size; i = 0 .. n_layers-1):
+gain and eps, NeoX rotary embedding on q and k (inverse frequencies from
+`rope_theta`, scaled as `rope_scaling` says: none, "linear" or "llama3"), attention
+scaled by 1/sqrt(head_dim) with n_kv_heads key/value heads each shared by
+n_heads / n_kv_heads query heads (grouped-query attention), a SwiGLU MLP; then a
+final RMSNorm and the output head. Projections are stored [in, out] (a projection is
+x @ W), the head too ([D, V]); a tied head (`tie_embeddings`) is the embedding
+table itself, [V, D], read by its own head program (kernels/storylm.kina's
+`logits_tied`) with no transposed copy. The tensors (D = d_model,
+F = ffn_dim, V = vocab_size, Q = n_heads * head_dim, KV = n_kv_heads * head_dim;
+i = 0 .. n_layers-1):
 
     embed [V, D]                the token embedding (a row lookup on the host)
     layers.i.attn_norm [D]      RMSNorm gain before attention
-    layers.i.wq, .wk, .wv [D, D]  query, key, value projections (heads are Dh-wide
-                                column blocks: head j is columns j*Dh .. j*Dh+Dh-1)
-    layers.i.wo [D, D]          output projection
+    layers.i.wq [D, Q], .wk, .wv [D, KV]  query, key, value projections (heads are
+                                head_dim-wide column blocks: head j is columns
+                                j*head_dim .. j*head_dim+head_dim-1; query head j
+                                reads key/value head j // (n_heads / n_kv_heads))
+    layers.i.bq [Q], .bk, .bv [KV]  their biases, only with qkv_bias (Qwen2)
+    layers.i.wo [Q, D]          output projection; layers.i.bo [D] only with o_bias
     layers.i.mlp_norm [D]       RMSNorm gain before the MLP
     layers.i.w_gate, .w_up [D, F], layers.i.w_down [F, D]   SwiGLU MLP
     norm [D]                    final RMSNorm gain
-    head [D, V]                 output head
+    head [D, V]                 output head, absent with tie_embeddings
 
 Guarantees:
   - Every layer step, and the final norm and head, run compiled Kina, built once per
     (dtype, sizes) with `kina.compile_file(..., dtypes=, dims=)`. The host does only
     the embedding lookup, the greedy argmax and bookkeeping; the rotary tables and
     the causal mask are constants it computes once per position.
-  - The caches are functional, as in Section 19: each layer step takes Kᵀ [1, H, Dh, S]
-    and V [1, H, S, Dh] and returns them one position longer, into the other of two
-    buffers (`StoryCache`); prefilling P tokens then decoding gives what token-by-token
-    decoding gives. A decode step is one prepared ctypes call per layer, plus the head.
+  - The caches are functional, as in Section 19: each layer step takes Kᵀ
+    [1, n_kv_heads, head_dim, S] and V [1, n_kv_heads, S, head_dim] and returns them
+    one position longer, into the other of two buffers (`StoryCache`); only the
+    n_kv_heads heads are stored (`bytes_per_token`). Prefilling P tokens then decoding
+    gives what token-by-token decoding gives. A decode step is one prepared ctypes
+    call per layer, plus the head.
   - A weights mapping or file must hold exactly the documented tensors, each of its
     shape and of the model's dtype; anything else is a ValueError (TypeError for a
     dtype) naming the tensor. Bad sizes and token ids are errors naming the parameter.
@@ -45,42 +58,56 @@ import functools
 import math
 import numbers
 import os
-import zipfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from .. import runtime
+from .. import files, runtime
+from ..runtime.pool import data_pointer
 from .common import KERNELS, KINA_DTYPES, Decoder, causal_mask, count, kina_dtype
 
-_LAYER_WEIGHTS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")  # kernel order
+# the kernel's order; a bias absent from the weights is passed as zeros
+_LAYER_WEIGHTS = ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "mlp_norm", "w_gate", "w_up", "w_down")
+ROPE_TYPES = ("default", "linear", "llama3")
 
 
-def weight_layout(n_layers: int) -> dict[str, tuple[str, ...]]:
+def weight_layout(n_layers: int, qkv_bias: bool = False, o_bias: bool = False,
+                  tie_embeddings: bool = False) -> dict[str, tuple[str, ...]]:
     """Every tensor a StoryLM weights file holds, by name, with its shape in size names."""
-    D, F, V = "d_model", "ffn_dim", "vocab_size"
-    layer = dict(attn_norm=(D,), wq=(D, D), wk=(D, D), wv=(D, D), wo=(D, D), mlp_norm=(D,),
+    D, F, V, Q, KV = "d_model", "ffn_dim", "vocab_size", "q_dim", "kv_dim"
+    layer = dict(attn_norm=(D,), wq=(D, Q), wk=(D, KV), wv=(D, KV), wo=(Q, D), mlp_norm=(D,),
                  w_gate=(D, F), w_up=(D, F), w_down=(F, D))
+    if qkv_bias:
+        layer.update(bq=(Q,), bk=(KV,), bv=(KV,))
+    if o_bias:
+        layer.update(bo=(D,))
     layout = {"embed": (V, D)}
     for i in range(n_layers):
         layout.update({f"layers.{i}.{name}": dims for name, dims in layer.items()})
-    return {**layout, "norm": (D,), "head": (D, V)}
+    layout["norm"] = (D,)
+    if not tie_embeddings:
+        layout["head"] = (D, V)
+    return layout
 
 
-def weight_shapes(vocab_size: int, d_model: int, n_layers: int, ffn_dim: int) -> dict[str, tuple[int, ...]]:
-    """`weight_layout` at these sizes: every tensor's name and shape."""
-    sizes = dict(vocab_size=vocab_size, d_model=d_model, ffn_dim=ffn_dim)
-    return {name: tuple(sizes[d] for d in dims) for name, dims in weight_layout(n_layers).items()}
+def weight_shapes(vocab_size: int, d_model: int, n_layers: int, ffn_dim: int, q_dim: int | None = None,
+                  kv_dim: int | None = None, **options) -> dict[str, tuple[int, ...]]:
+    """`weight_layout` at these sizes (q_dim and kv_dim default to d_model): every tensor's name and shape."""
+    sizes = dict(vocab_size=vocab_size, d_model=d_model, ffn_dim=ffn_dim, q_dim=q_dim or d_model,
+                 kv_dim=kv_dim or q_dim or d_model)
+    return {name: tuple(sizes[d] for d in dims) for name, dims in weight_layout(n_layers, **options).items()}
 
 
 def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int, dtype) -> dict[str, np.ndarray]:
-    """Seeded weights: N(0, 1) embeddings, gains near 1, N(0, 1/fan_in) matrices."""
+    """Seeded weights: N(0, 1) embeddings, gains near 1, small biases, N(0, 1/fan_in) matrices."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in shapes.items():
         if name == "embed":
             a = rng.standard_normal(shape)
+        elif name.split(".")[-1] in ("bq", "bk", "bv", "bo"):
+            a = 0.1 * rng.standard_normal(shape)
         elif len(shape) == 1:
             a = 1.0 + 0.1 * rng.standard_normal(shape)
         else:
@@ -89,34 +116,52 @@ def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int, dtype) -> d
     return out
 
 
+def rope_inv_freq(head_dim: int, theta: float, scaling: Mapping | None = None) -> np.ndarray:
+    """The rotary inverse frequencies [head_dim / 2] (float64): theta^(-2i/head_dim), then
+    scaled as transformers' rope types "linear" (divided by `factor`) and "llama3"
+    (long wavelengths divided by `factor`, short ones kept, a smooth blend between)."""
+    inv_freq = theta ** (-2 * np.arange(head_dim // 2, dtype=np.float64) / head_dim)
+    kind = (scaling or {}).get("rope_type", "default")
+    needs = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                                               "original_max_position_embeddings")}.get(kind, ())
+    for key in needs:
+        if key not in scaling:
+            raise ValueError(f"rope_scaling: rope_type {kind!r} needs {key!r}")
+    if kind == "linear":
+        return inv_freq / float(scaling["factor"])
+    if kind == "llama3":
+        factor, low, high = (float(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor"))
+        old = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv_freq
+        scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old / high) & (wavelen <= old / low)
+        return np.where(medium, smoothed, scaled)
+    if kind != "default":
+        raise ValueError(f"rope_scaling: unknown rope_type {kind!r}: expected one of {', '.join(ROPE_TYPES)}")
+    return inv_freq
+
+
 def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The arrays of a `.npz` or `.safetensors` file, by name (not yet checked)."""
+    """The arrays of a `.npz` or `.safetensors` file, by name (not yet checked); a damaged
+    file is a `kina.files.FileError` naming it."""
     path = Path(path)
     if path.suffix not in (".npz", ".safetensors"):
         raise ValueError(f"weights: expected a .npz or .safetensors file, got {str(path)!r}")
-    if not path.is_file():
-        raise FileNotFoundError(f"weights: no such file: {str(path)!r}")
     if path.suffix == ".safetensors":
-        try:
-            from safetensors.numpy import load_file
-        except ImportError:
-            raise ValueError(f"weights: reading {path.name} needs the safetensors package (pip install "
-                             f"safetensors), or save the tensors with numpy.savez as a .npz") from None
-        return load_file(str(path))
-    try:
-        npz = np.load(path, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("it holds one array, not named tensors")
-        with npz:
-            return {name: npz[name] for name in npz.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        raise ValueError(f"weights: {str(path)!r} is not a readable .npz file ({e})") from None
+        return files.read_safetensors(path, "weights")
+    return files.read_npz(path, "weights")
 
 
 def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[str, ...]],
-                  sizes: Mapping[str, int], dtype: np.dtype) -> dict[str, np.ndarray]:
+                  sizes: Mapping[str, int], dtype: np.dtype, copy: bool = True,
+                  allow_nonfinite: bool = False) -> dict[str, np.ndarray]:
     """64-byte-aligned copies of `weights`, once each is exactly as `layout` (at `sizes`)
-    and `dtype` say; a missing, unexpected or wrong tensor is an error naming it."""
+    and `dtype` say; a missing, unexpected or wrong tensor is an error naming it, and so
+    is one holding NaN or infinity unless `allow_nonfinite`. With `copy=False` (for
+    arrays the caller made and gives up) an array that is already C-contiguous and
+    aligned is kept as it is."""
     def expected(name):
         dims = layout[name]
         return f"[{', '.join(str(sizes[d]) for d in dims)}] ([{', '.join(dims)}])"
@@ -139,6 +184,14 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
                             f"(nothing is converted on load)")
         if a.shape != tuple(sizes[d] for d in dims):
             raise ValueError(f"weights: tensor {name!r} has shape {list(a.shape)}, expected {expected(name)}")
+        if not allow_nonfinite and not np.isfinite(a).all():
+            bad = ~np.isfinite(a)
+            raise ValueError(f"weights: tensor {name!r} holds NaN or infinity ({int(bad.sum())} of {a.size} values, "
+                             f"the first at index {[int(i) for i in np.argwhere(bad)[0]]}); pass "
+                             "allow_nonfinite=True to load it anyway")
+        if not copy and a.flags.c_contiguous and data_pointer(a) % runtime.ALIGN == 0:
+            out[name] = a
+            continue
         out[name] = runtime.empty(a.shape, dtype)
         out[name][...] = a
     return out
@@ -153,8 +206,8 @@ def _positive(name: str, value) -> float:
 
 
 class StoryCache:
-    """The KV caches of one sequence, for every layer: Kᵀ [1, H, Dh, n] and V [1, H, n, Dh]
-    after n positions, `model.max_seq_len` at most.
+    """The KV caches of one sequence, for every layer: Kᵀ [1, Hk, Dh, n] and V [1, Hk, n, Dh]
+    (Hk = n_kv_heads, Dh = head_dim) after n positions, `model.max_seq_len` at most.
 
     The layer programs are functional (they return the caches one position longer),
     so each layer has two buffers of each: a step reads one and writes the other, then
@@ -165,9 +218,9 @@ class StoryCache:
 
     def __init__(self, model: "StoryLM"):
         self.model = model
-        H, Dh, T, dt = model.n_heads, model.head_dim, model.max_seq_len, model.dtype
-        self._k = [[runtime.zeros((1, H, Dh, T), dt) for _ in range(2)] for _ in range(model.n_layers)]
-        self._v = [[runtime.zeros((1, H, T, Dh), dt) for _ in range(2)] for _ in range(model.n_layers)]
+        Hk, Dh, T, dt = model.n_kv_heads, model.head_dim, model.max_seq_len, model.dtype
+        self._k = [[runtime.zeros((1, Hk, Dh, T), dt) for _ in range(2)] for _ in range(model.n_layers)]
+        self._v = [[runtime.zeros((1, Hk, T, Dh), dt) for _ in range(2)] for _ in range(model.n_layers)]
         self._n, self._cur = 0, 0  # positions filled; which buffer of each pair holds them
         self._calls = None  # the prepared step calls, made by the model on the first step
 
@@ -176,13 +229,13 @@ class StoryCache:
         return self._n
 
     def keys(self, layer: int) -> np.ndarray:
-        """A read-only view of layer `layer`'s filled Kᵀ, [1, H, Dh, n_filled]."""
+        """A read-only view of layer `layer`'s filled Kᵀ, [1, Hk, Dh, n_filled]."""
         view = self._k[layer][self._cur][..., :self._n]
         view.flags.writeable = False
         return view
 
     def values(self, layer: int) -> np.ndarray:
-        """A read-only view of layer `layer`'s filled V, [1, H, n_filled, Dh]."""
+        """A read-only view of layer `layer`'s filled V, [1, Hk, n_filled, Dh]."""
         view = self._v[layer][self._cur][:, :, :self._n]
         view.flags.writeable = False
         return view
@@ -202,22 +255,29 @@ class StoryCache:
 
 
 class StoryLM(Decoder):
-    """StoryLM-0 with seeded (or loaded) weights; every layer is compiled Kina.
+    """A Llama-family decoder with seeded (or loaded) weights; every layer is compiled Kina.
 
         model = StoryLM(vocab_size=256, d_model=64, n_heads=4, n_layers=2, ffn_dim=176, max_seq_len=512)
         model.generate([1, 2, 3], n_new=20)                   # prefill, then one step per token
         model.generate([1, 2, 3], n_new=20, use_cache=False)  # the whole sequence at every token
         StoryLM(..., weights="storylm.npz")                   # real weights, named as weight_layout says
+        StoryLM(..., n_kv_heads=2, head_dim=32, qkv_bias=True, tie_embeddings=True,
+                rope_scaling={"rope_type": "llama3", "factor": 8.0, ...})  # Llama 3, Qwen2, ...
 
-    `max_seq_len` bounds the positions (the rotary tables' length); nothing else
-    depends on it. `model.weights` holds the tensors by name (np.savez(path,
-    **model.weights) writes a file that loads back).
+    StoryLM-0 is the default configuration: n_kv_heads = n_heads, head_dim =
+    d_model / n_heads, no biases, an untied head, unscaled rotary. `max_seq_len` bounds
+    the positions (the rotary tables' length); nothing else depends on it.
+    `model.weights` holds the tensors by name (np.savez(path, **model.weights) writes a
+    file that loads back).
     """
 
     def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, ffn_dim: int,
                  max_seq_len: int, seed: int = 0, dtype=np.float32,
                  weights: str | os.PathLike | Mapping[str, np.ndarray] | None = None,
-                 eps: float = 1e-6, rope_theta: float = 10000.0):
+                 eps: float = 1e-6, rope_theta: float = 10000.0, *, n_kv_heads: int | None = None,
+                 head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False,
+                 tie_embeddings: bool = False, rope_scaling: Mapping | None = None, allow_nonfinite: bool = False,
+                 _own_weights: bool = False):
         counts = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_dim=ffn_dim,
                       max_seq_len=max_seq_len)
         for name, value in counts.items():
@@ -226,51 +286,83 @@ class StoryLM(Decoder):
         self.dtype = kina_dtype(dtype)
         self.eps = _positive("eps", eps)
         self.rope_theta = _positive("rope_theta", rope_theta)
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model: {d_model} is not a multiple of n_heads = {n_heads}")
-        self.head_dim = self.d_model // self.n_heads
+        self.n_kv_heads = self.n_heads if n_kv_heads is None else count("n_kv_heads", n_kv_heads, 1)
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads: n_heads = {n_heads} is not a multiple of n_kv_heads = {n_kv_heads}")
+        if head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"d_model: {d_model} is not a multiple of n_heads = {n_heads}")
+            head_dim = self.d_model // self.n_heads
+        self.head_dim = count("head_dim", head_dim, 1)
         if self.head_dim % 2:
-            raise ValueError(f"n_heads: the head width d_model / n_heads = {self.head_dim} must be even "
+            raise ValueError(f"n_heads: the head width head_dim = {self.head_dim} must be even "
                              f"(rotary embedding splits each head in two halves)")
-        sizes = dict(vocab_size=self.vocab_size, d_model=self.d_model, ffn_dim=self.ffn_dim)
-        layout = weight_layout(self.n_layers)
+        self.qkv_bias, self.o_bias, self.tie_embeddings = bool(qkv_bias), bool(o_bias), bool(tie_embeddings)
+        self.rope_scaling = dict(rope_scaling) if rope_scaling else None
+        self._inv_freq = rope_inv_freq(self.head_dim, self.rope_theta, self.rope_scaling)
+        sizes = dict(vocab_size=self.vocab_size, d_model=self.d_model, ffn_dim=self.ffn_dim,
+                     q_dim=self.n_heads * self.head_dim, kv_dim=self.n_kv_heads * self.head_dim)
+        options = dict(qkv_bias=self.qkv_bias, o_bias=self.o_bias, tie_embeddings=self.tie_embeddings)
+        layout = weight_layout(self.n_layers, **options)
         if weights is None:
-            weights = random_weights(weight_shapes(**sizes, n_layers=self.n_layers), self.seed, self.dtype)
+            weights = random_weights(weight_shapes(**sizes, n_layers=self.n_layers, **options), self.seed, self.dtype)
         elif isinstance(weights, (str, os.PathLike)):
             weights = read_weights(weights)
         elif not isinstance(weights, Mapping):
             raise TypeError(f"weights: expected a path to a .npz/.safetensors file or a mapping of arrays, "
                             f"got {type(weights).__name__}")
-        self.weights = check_weights(weights, layout, sizes, self.dtype)
+        self.weights = check_weights(weights, layout, sizes, self.dtype, copy=not _own_weights,
+                                     allow_nonfinite=allow_nonfinite)
         self._prepare()
 
     def __repr__(self) -> str:
+        extra = "".join(f", {k}={getattr(self, k)}" for k in ("n_kv_heads", "head_dim")
+                        if getattr(self, k) != (self.n_heads if k == "n_kv_heads" else self.d_model // self.n_heads))
         return (f"{type(self).__name__}(vocab_size={self.vocab_size}, d_model={self.d_model}, n_heads={self.n_heads}, "
-                f"n_layers={self.n_layers}, ffn_dim={self.ffn_dim}, max_seq_len={self.max_seq_len}, dtype={self.dtype})")
+                f"n_layers={self.n_layers}, ffn_dim={self.ffn_dim}, max_seq_len={self.max_seq_len}{extra}, "
+                f"dtype={self.dtype})")
+
+    @property
+    def bytes_per_token(self) -> int:
+        """The KV cache's bytes per position, all layers: K and V of n_kv_heads heads each
+        (a StoryCache holds two buffers of each, for its functional steps)."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype.itemsize
 
     # -- what the layer programs take ----------------------------------------------
     def _prepare(self) -> None:
-        """Arguments built once: per-layer weight lists (gains as [1, 1, D]), eps, scale,
-        the rotary tables [max_seq_len, 1, 1, R], and the compiled programs."""
-        D, R, w = self.d_model, self.head_dim // 2, self.weights
-        gain = lambda a: a.reshape(1, 1, D)
-        self._layers = [[gain(w[p + n]) if n.endswith("norm") else w[p + n] for n in _LAYER_WEIGHTS]
-                        for p in (f"layers.{i}." for i in range(self.n_layers))]
-        self._norm, self._head, self._embed = gain(w["norm"]), w["head"], w["embed"]
-        self._eps = np.full((1, 1, 1), self.eps, self.dtype)
-        self._scale = np.full((1, 1, 1, 1), 1 / math.sqrt(self.head_dim), self.dtype)
-        inv_freq = self.rope_theta ** (-2 * np.arange(R, dtype=np.float64) / self.head_dim)
-        angle = np.arange(self.max_seq_len, dtype=np.float64)[:, None] * inv_freq[None, :]
-        self._cos = np.cos(angle).astype(self.dtype).reshape(self.max_seq_len, 1, 1, R)
-        self._sin = np.sin(angle).astype(self.dtype).reshape(self.max_seq_len, 1, 1, R)
+        """Arguments built once: per-layer weight lists (gains as [1, 1, D], biases in
+        heads, zeros for absent ones), eps, scale, the rotary tables
+        [max_seq_len, 1, 1, R], and the compiled programs."""
+        D, R, w, dt = self.d_model, self.head_dim // 2, self.weights, self.dtype
+        Hk, G, Dh = self.n_kv_heads, self.n_heads // self.n_kv_heads, self.head_dim
+        shapes = dict(bq=(1, 1, Hk, G, Dh), bk=(1, 1, Hk, Dh), bv=(1, 1, Hk, Dh), bo=(1, 1, D),
+                      attn_norm=(1, 1, D), mlp_norm=(1, 1, D))
+        zeros = {n: runtime.zeros(shapes[n], dt) for n in ("bq", "bk", "bv", "bo")}
+
+        def arg(prefix, name):
+            a = w.get(prefix + name)
+            if a is None:
+                return zeros[name]
+            return a.reshape(shapes[name]) if name in shapes else a
+        self._layers = [[arg(f"layers.{i}.", n) for n in _LAYER_WEIGHTS] for i in range(self.n_layers)]
+        self._norm, self._embed = w["norm"].reshape(1, 1, D), w["embed"]
+        self._head = w["embed"] if self.tie_embeddings else w["head"]  # tied: the table itself, [V, D]
+        self._eps = np.full((1, 1, 1), self.eps, dt)
+        self._scale = np.full((1, 1, 1, 1), 1 / math.sqrt(self.head_dim), dt)
+        angle = np.arange(self.max_seq_len, dtype=np.float64)[:, None] * self._inv_freq[None, :]
+        self._cos = np.cos(angle).astype(dt).reshape(self.max_seq_len, 1, 1, R)
+        self._sin = np.sin(angle).astype(dt).reshape(self.max_seq_len, 1, 1, R)
         self._kernels = self._compile()
+        if self._kernels is not None:
+            self._head_kernel = self._kernels.logits_tied if self.tie_embeddings else self._kernels.logits
 
     def _compile(self):
-        return _program(KINA_DTYPES[self.dtype], self.d_model, self.n_heads, self.ffn_dim, self.vocab_size)
+        return _program(KINA_DTYPES[self.dtype], self.d_model, self.n_kv_heads, self.n_heads // self.n_kv_heads,
+                        self.head_dim, self.ffn_dim, self.vocab_size)
 
     def _layer(self, i: int, x, cos, sin, k_past, v_past, mask, outs) -> None:
         """Layer i on x [1, P, D] at rotary rows cos, sin [1, P, 1, 1, R], after the caches
-        k_past [1, H, Dh, S] and v_past [1, H, S, Dh], under mask [1, 1, P, S+P] (None
+        k_past [1, Hk, Dh, S] and v_past [1, Hk, S, Dh], under mask [1, 1, P, S+P] (None
         when P = 1: no position to hide); writes outs = [k_next, v_next, out]."""
         # every argument is built by this class, of the shapes the program was compiled for
         if mask is None:
@@ -283,7 +375,7 @@ class StoryLM(Decoder):
     def _logits(self, x) -> np.ndarray:
         """The logits [V] after the last position of x [1, P, D]."""
         out = runtime.empty((1, 1, self.vocab_size), self.dtype)
-        self._kernels.logits.call_unchecked([x[:, -1:], self._norm, self._head, self._eps], [out])
+        self._head_kernel.call_unchecked([x[:, -1:], self._norm, self._head, self._eps], [out])
         return out[0, 0]
 
     # -- the forward pass ----------------------------------------------------------
@@ -300,7 +392,7 @@ class StoryLM(Decoder):
 
     def _run(self, tokens: list[int], cache: StoryCache | None) -> np.ndarray:
         """`_forward` through `_layer`, one call per layer on new arrays and cache views."""
-        start, P, H, Dh, dt = cache.n_filled if cache else 0, len(tokens), self.n_heads, self.head_dim, self.dtype
+        start, P, H, Dh, dt = cache.n_filled if cache else 0, len(tokens), self.n_kv_heads, self.head_dim, self.dtype
         x = self._embed[tokens][None]
         cos, sin = self._cos[None, start:start + P], self._sin[None, start:start + P]
         mask = causal_mask(start, P, dt) if P > 1 else None
@@ -329,10 +421,7 @@ class StoryLM(Decoder):
         x[0, 0] = self._embed[token]
         cos[0], sin[0] = self._cos[S], self._sin[S]
         for call in steps[cache._cur]:
-            call.set_size(12, 3, S)        # k_past [1, H, Dh, S]
-            call.set_size(13, 2, S)        # v_past [1, H, S, Dh]
-            call.set_size(16, 3, S + 1)    # k_next
-            call.set_size(17, 2, S + 1)    # v_next
+            call.set_dim("S", S)  # k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
             call()
         cache._advance(1)
         logits()
@@ -346,10 +435,11 @@ class StoryLM(Decoder):
         cos, sin = runtime.empty((1, 1, 1, 1, R), dt), runtime.empty((1, 1, 1, 1, R), dt)
         step = self._kernels.decoder_step
         steps = [[step.prepare([xs[i], *self._layers[i], cos, sin, cache._k[i][cur], cache._v[i][cur],
-                                self._eps, self._scale], [cache._k[i][1 - cur], cache._v[i][1 - cur], xs[i + 1]])
+                                self._eps, self._scale], [cache._k[i][1 - cur], cache._v[i][1 - cur], xs[i + 1]],
+                                dims=("S",))
                   for i in range(L)] for cur in (0, 1)]
         out = runtime.empty((1, 1, self.vocab_size), dt)
-        logits = self._kernels.logits.prepare([xs[L], self._norm, self._head, self._eps], [out])
+        logits = self._head_kernel.prepare([xs[L], self._norm, self._head, self._eps], [out])
         logits.out = out
         return steps, xs[0], cos, sin, logits
 
@@ -400,25 +490,28 @@ class NumPyStoryLM(StoryLM):
         return x * (1 / np.sqrt(np.mean(x * x, axis=2, keepdims=True) + self._eps)) * gain
 
     def _layer(self, i, x, cos, sin, k_past, v_past, mask, outs):
-        g1, wq, wk, wv, wo, g2, w_gate, w_up, w_down = self._layers[i]
-        P, H, Dh, R = x.shape[1], self.n_heads, self.head_dim, self.head_dim // 2
+        g1, wq, wk, wv, wo, bq, bk, bv, bo, g2, w_gate, w_up, w_down = self._layers[i]
+        P, H, Hk, Dh, R = x.shape[1], self.n_heads, self.n_kv_heads, self.head_dim, self.head_dim // 2
         k_next, v_next, out = outs
 
-        def rope(t):  # [1, P, D] -> [1, P, H, Dh], NeoX half rotation on [.., 2, R]
-            t = t.reshape(1, P, H, 2, R)
+        def rope(t, heads):  # [1, P, heads * Dh] -> [1, P, heads, Dh], NeoX half rotation on [.., 2, R]
+            t = t.reshape(1, P, heads, 2, R)
             half = np.concatenate([-t[:, :, :, 1:], t[:, :, :, :1]], axis=3)
-            return (t * cos + half * sin).reshape(1, P, H, Dh)
+            return (t * cos + half * sin).reshape(1, P, heads, Dh)
 
         a = self._rms_norm(x, g1)
-        q, k, v = rope(a @ wq), rope(a @ wk), (a @ wv).reshape(1, P, H, Dh)
+        q = rope(a @ wq + bq.reshape(1, 1, -1), H)
+        k = rope(a @ wk + bk.reshape(1, 1, -1), Hk)
+        v = (a @ wv + bv.reshape(1, 1, -1)).reshape(1, P, Hk, Dh)
         np.concatenate([k_past, k.transpose(0, 2, 3, 1)], axis=3, out=k_next)
         np.concatenate([v_past, v.transpose(0, 2, 1, 3)], axis=2, out=v_next)
-        scores = q.transpose(0, 2, 1, 3) @ k_next * self._scale
+        group = np.arange(H) // (H // Hk)  # query head j reads key/value head j // G
+        scores = q.transpose(0, 2, 1, 3) @ k_next[:, group] * self._scale
         if mask is not None:
             scores = scores + mask
         e = np.exp(scores - scores.max(axis=3, keepdims=True))
-        context = (e / e.sum(axis=3, keepdims=True)) @ v_next
-        h = x + context.transpose(0, 2, 1, 3).reshape(1, P, self.d_model) @ wo
+        context = (e / e.sum(axis=3, keepdims=True)) @ v_next[:, group]
+        h = x + context.transpose(0, 2, 1, 3).reshape(1, P, H * Dh) @ wo + bo
         m = self._rms_norm(h, g2)
         gate = m @ w_gate
         out[...] = h + (gate / (1 + np.exp(-gate)) * (m @ w_up)) @ w_down
@@ -427,13 +520,14 @@ class NumPyStoryLM(StoryLM):
         return self._run([token], cache)
 
     def _logits(self, x):
-        return (self._rms_norm(x[:, -1:], self._norm) @ self._head)[0, 0]
+        head = self._head.T if self.tie_embeddings else self._head
+        return (self._rms_norm(x[:, -1:], self._norm) @ head)[0, 0]
 
 
 @functools.lru_cache(maxsize=None)
-def _program(dtype: str, d_model: int, n_heads: int, ffn_dim: int, vocab_size: int):
+def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: int, ffn_dim: int, vocab_size: int):
     """kernels/storylm.kina compiled for one dtype and size (B = 1; S and P stay symbolic)."""
     import kina
-    head_dim = d_model // n_heads
-    dims = dict(B=1, D=d_model, H=n_heads, Dh=head_dim, R=head_dim // 2, F=ffn_dim, V=vocab_size)
+    dims = dict(B=1, D=d_model, Hk=n_kv_heads, G=group, Dh=head_dim, R=head_dim // 2, Q=n_kv_heads * group * head_dim,
+                KV=n_kv_heads * head_dim, F=ffn_dim, V=vocab_size)
     return kina.compile_file(KERNELS / "storylm.kina", dtypes={"T": dtype}, dims=dims)

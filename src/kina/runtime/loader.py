@@ -421,10 +421,11 @@ class Function:
         words = [_descriptor_words((*a, *o)) for a, o, _ in parts]
         workers.run_concurrently(self._cfunc, [self._pointers(w) for w in words])
 
-    def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> "PreparedCall":
-        """A call on fixed buffers whose descriptors are built once (see PreparedCall);
-        like `call_unchecked`, nothing is checked."""
-        return PreparedCall(self, arrays, outs)
+    def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray], dims=()) -> "PreparedCall":
+        """A call on fixed buffers whose descriptors are built once, whose `dims` (names
+        of the signature's dims) `set_dims` may change (see PreparedCall); like
+        `call_unchecked`, the buffers are not checked."""
+        return PreparedCall(self, arrays, outs, dims)
 
     def _pointers(self, words: array.array) -> list[int]:
         """The call's arguments: a pointer to each descriptor in `words`."""
@@ -479,23 +480,87 @@ class PreparedCall:
     kernel on the same buffers again and again (kina.models.KVCache's in-place step): it
     patches what changes (a size, a data pointer) and calls, one ctypes call and no
     allocation. The arrays given must stay alive, and every patch must keep each
-    descriptor valid for its buffer: nothing is checked."""
+    descriptor valid for its buffer: nothing about the buffers is checked.
 
-    def __init__(self, fn: Function, arrays: list[np.ndarray], outs: list[np.ndarray]):
+    Arguments are named as the function's signature names them (the results are
+    `out0`, `out1`, ...), sizes by the signature's dim names:
+
+        call = fn.prepare([q, k, v, s], [out], dims=("N",))
+        call.set_dim("N", n)        # every axis whose size is N (or N+1, ...) in any descriptor
+        call.set_size("k", "N", n)  # just k's axis of size N
+        call.set_data("out0", a)
+
+    The names are checked here, once: `dims` must be dim names of the signature, and
+    a name or (argument, dim) pair that the signature lacks is a ValueError naming it.
+    Where each one lives in the descriptors is worked out here too, so that a patch
+    costs a table look-up and a store."""
+
+    def __init__(self, fn: Function, arrays: list[np.ndarray], outs: list[np.ndarray], dims=()):
         self._fn = fn
         self._buffers = (*arrays, *outs)  # kept alive: the descriptors point into them
         self._raw = _descriptor_words(self._buffers)
         self.words = np.frombuffer(self._raw, np.int64)
-        self._starts = [offset // 8 for offset in fn._offsets]
         self._pointers = fn._pointers(self._raw)
+        sig, starts = fn.signature, [offset // 8 for offset in fn._offsets]
+        types = [*(t for _, t in sig.params), *sig.results]
+        names = [*(n for n, _ in sig.params), *(f"out{i}" for i in range(len(sig.results)))]
+        self._start = dict(zip(names, starts))  # name -> its descriptor's first word
+        # (name, dim) -> the size word of the axis that is exactly that dim
+        self._size_word = {(name, d.symbol): start + 3 + axis for name, t, start in zip(names, types, starts)
+                           for axis, d in enumerate(t.dims) if d.symbol}
+        # every dim that may be patched -> (word, const, coeff) of each axis whose size is const + coeff * dim
+        known = {n for t in types for d in t.dims for n in d.names}
+        self._dim_words: dict[str, tuple[tuple[int, int, int], ...]] = {}
+        for dim in dims:
+            if dim not in known:
+                raise ValueError(f"{sig.name}(): prepare: no parameter or result has a dim named {dim!r} "
+                                 f"(its dims: {', '.join(sorted(known)) or 'none'})")
+            found = []
+            for t, start in zip(types, starts):
+                for axis, d in enumerate(t.dims):
+                    if dim in d.names:
+                        if len(d.terms) != 1:
+                            raise ValueError(f"{sig.name}(): prepare: dim {d} mixes {dim} with other dims; "
+                                             f"patch it with set_size")
+                        found.append((start + 3 + axis, d.const, d.terms[0][1]))
+            self._dim_words[dim] = tuple(found)
 
-    def set_size(self, arg: int, axis: int, n: int) -> None:
-        """Argument `arg` (inputs first, then outs) is now `n` long along `axis`."""
-        self.words[self._starts[arg] + 3 + axis] = n
+    def _where(self, name: str) -> int:
+        start = self._start.get(name)
+        if start is None:
+            raise ValueError(f"{self._fn.__name__}(): no parameter or result named {name!r} "
+                             f"(it has: {', '.join(self._start)})")
+        return start
 
-    def set_data(self, arg: int, a: np.ndarray) -> None:
-        """Argument `arg` now points at `a`'s data (same shape and strides as before)."""
-        self.words[self._starts[arg]] = self.words[self._starts[arg] + 1] = data_pointer(a)
+    def set_dim(self, dim: str, n: int) -> None:
+        """The dim `dim` is now `n` long, in every descriptor that carries it (as a whole
+        axis or inside one like S+1); only dims named to `prepare` may be set. (Per
+        decode step and layer: as cheap as four bare stores by position.)"""
+        raw = self._raw
+        try:
+            words = self._dim_words[dim]
+        except KeyError:
+            raise ValueError(f"{self._fn.__name__}(): set_dim: dim {dim!r} was not named to prepare(dims=...)") from None
+        for word, const, coeff in words:
+            raw[word] = const + coeff * n
+
+    def set_dims(self, **sizes: int) -> None:
+        """`set_dim` for each dim given."""
+        for dim, n in sizes.items():
+            self.set_dim(dim, n)
+
+    def set_size(self, name: str, dim: str, n: int) -> None:
+        """Argument `name`'s axis whose size is the dim `dim` is now `n` long."""
+        word = self._size_word.get((name, dim))
+        if word is None:
+            self._where(name)
+            raise ValueError(f"{self._fn.__name__}(): {name} has no axis of size {dim!r}")
+        self._raw[word] = n
+
+    def set_data(self, name: str, a: np.ndarray) -> None:
+        """Argument `name` now points at `a`'s data (same shape and strides as before)."""
+        start = self._where(name)
+        self._raw[start] = self._raw[start + 1] = data_pointer(a)
 
     def __call__(self) -> None:
         if self._fn._module.closed:

@@ -1,0 +1,479 @@
+"""Hugging Face folders in, text out (kina.models.hf, kina.models.sampling, kina.models.generate).
+
+Every model here is built by transformers' own classes from a tiny random config
+(weights, biases and gains perturbed so that nothing is trivially zero or one) and
+written with save_pretrained; Kina reads the folder with no torch. The reference is
+transformers itself, in float32 with eager attention: the logits at every position
+of prompt + Kina's greedy tokens, in one forward pass, whose argmaxes must be Kina's
+tokens (so transformers' greedy loop would choose the same ones) and whose values
+must be within 1e-4 of Kina's (relative to the row's largest), for prefill-then-decode
+and for recomputing.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+import ml_dtypes  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+from kina.models.generate import Pretrained, main  # noqa: E402
+from kina.models.hf import CheckpointError, load_pretrained, load_tokenizer, read_safetensors  # noqa: E402
+from kina.models.sampling import Sampler  # noqa: E402
+
+PROMPT = [5, 17, 2, 88, 41, 9, 250, 3]
+N_NEW = 64
+BASE = dict(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=8,
+            max_position_embeddings=128, initializer_range=0.1, bos_token_id=0, eos_token_id=1)
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+# name -> (architecture, config changes); each distinct shape compiles one kernel build
+SPECS = {
+    "llama-mha": ("llama", dict(num_key_value_heads=8, head_dim=4)),
+    # a tied head at small weights just repeats the last token: larger ones make varied text
+    "llama-gqa2-tied-llama3": ("llama", dict(num_key_value_heads=4, head_dim=4, tie_word_embeddings=True,
+                                             rope_parameters=LLAMA3, initializer_range=0.3)),
+    "llama-gqa4-headdim8-linear": ("llama", dict(num_key_value_heads=2, head_dim=8,
+                                                 rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                                                  "factor": 2.0})),
+    "llama-mqa": ("llama", dict(num_key_value_heads=1, head_dim=4, rms_norm_eps=1e-5,
+                                rope_parameters={"rope_type": "default", "rope_theta": 500.0})),
+    "llama-attention-bias": ("llama", dict(num_key_value_heads=8, head_dim=4, attention_bias=True,
+                                           initializer_range=0.2)),
+    "mistral": ("mistral", dict(num_key_value_heads=4, head_dim=4, sliding_window=4096)),
+    "qwen2-bias-tied": ("qwen2", dict(num_key_value_heads=1, tie_word_embeddings=True, initializer_range=0.3)),
+}
+
+
+def hf_classes(arch):
+    t = transformers
+    return {"llama": (t.LlamaConfig, t.LlamaForCausalLM), "mistral": (t.MistralConfig, t.MistralForCausalLM),
+            "qwen2": (t.Qwen2Config, t.Qwen2ForCausalLM)}[arch]
+
+
+def build_hf(arch, changes, seed=0):
+    config_cls, model_cls = hf_classes(arch)
+    torch.manual_seed(seed)
+    config = config_cls(**{**BASE, **changes})
+    config._attn_implementation = "eager"
+    model = model_cls(config).eval()
+    with torch.no_grad():  # gains near 1 and nonzero biases, so that both are exercised
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                p.copy_((1.0 if name.endswith("norm.weight") else 0.0) + 0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """name -> (folder, the transformers model); built once per session."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            arch, changes = SPECS[name]
+            hf = build_hf(arch, changes)
+            folder = tmp_path_factory.mktemp(name)
+            hf.save_pretrained(folder)
+            made[name] = (folder, hf)
+        return made[name]
+    return get
+
+
+@pytest.fixture(scope="session")
+def kina_model(checkpoint):
+    made = {}
+
+    def get(name):
+        if name not in made:
+            made[name] = load_pretrained(checkpoint(name)[0])
+        return made[name]
+    return get
+
+
+def reference_logits(hf, ids) -> np.ndarray:
+    """transformers' logits [len(ids), V] at every position, in float32."""
+    with torch.no_grad():
+        return hf(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def rel_err(got, want) -> float:
+    return float((np.abs(got - want).max(axis=-1) / np.abs(want).max(axis=-1)).max())
+
+
+def check_against_transformers(model, hf, use_cache=True, tol=1e-4, prompt=PROMPT, n_new=N_NEW):
+    got = model.trace(prompt, n_new, use_cache=use_cache)
+    want = reference_logits(hf, prompt + got.tokens[:-1])[len(prompt) - 1:]
+    assert list(np.argmax(want, axis=-1)) == got.tokens, "transformers' greedy choice differs"
+    assert len(set(got.tokens)) > n_new // 8, "too few distinct tokens for a telling comparison"
+    err = rel_err(got.logits, want)
+    assert err < tol, err
+    return got, err
+
+
+# -- the model against transformers --------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_same_greedy_tokens_and_logits_as_transformers(checkpoint, kina_model, name):
+    folder, hf = checkpoint(name)
+    model = kina_model(name)
+    check_against_transformers(model, hf, use_cache=True)
+
+
+@pytest.mark.parametrize("name", ["llama-gqa2-tied-llama3", "qwen2-bias-tied"])
+def test_recompute_matches_transformers(checkpoint, kina_model, name):
+    check_against_transformers(kina_model(name), checkpoint(name)[1], use_cache=False, n_new=24)
+
+
+def test_transformers_own_generate_loop_agrees(checkpoint, kina_model):
+    folder, hf = checkpoint("llama-gqa4-headdim8-linear")
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([PROMPT]), max_new_tokens=N_NEW, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)
+    assert kina_model("llama-gqa4-headdim8-linear").generate(PROMPT, N_NEW) == out[0, len(PROMPT):].tolist()
+
+
+def test_the_config_is_mapped(kina_model):
+    mha, gqa, g4, mqa = (kina_model(n) for n in ("llama-mha", "llama-gqa2-tied-llama3",
+                                                 "llama-gqa4-headdim8-linear", "llama-mqa"))
+    assert (mha.n_kv_heads, gqa.n_kv_heads, g4.n_kv_heads, mqa.n_kv_heads) == (8, 4, 2, 1)
+    assert g4.head_dim == 8 and g4.n_heads * g4.head_dim == 64 != g4.d_model
+    assert gqa.tie_embeddings and "head" not in gqa.weights and gqa._head is gqa.weights["embed"]  # no copy
+    assert gqa.rope_scaling["rope_type"] == "llama3" and mqa.rope_theta == 500.0 and mqa.eps == 1e-5
+    qwen = kina_model("qwen2-bias-tied")
+    assert qwen.qkv_bias and not qwen.o_bias and qwen.architecture == "Qwen2ForCausalLM"
+    biased = kina_model("llama-attention-bias")
+    assert biased.qkv_bias and biased.o_bias and "layers.1.bo" in biased.weights
+    # the cache holds the key/value heads only: bytes per token fall with the group
+    assert [m.bytes_per_token for m in (mha, gqa, mqa)] == [2 * 2 * h * 4 * 4 for h in (8, 4, 1)]
+    cache = mqa.new_cache()
+    mqa.prefill(PROMPT, cache)
+    assert cache.keys(0).shape == (1, 1, 4, len(PROMPT)) and cache.values(1).shape == (1, 1, len(PROMPT), 4)
+
+
+def test_sharded_and_older_configs_load_the_same(checkpoint, kina_model, tmp_path):
+    folder, hf = checkpoint("llama-gqa4-headdim8-linear")
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="40KB")
+    shards = sorted(p.name for p in (tmp_path / "sharded").glob("model-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    want = kina_model("llama-gqa4-headdim8-linear").trace(PROMPT, 8).logits
+    np.testing.assert_array_equal(load_pretrained(tmp_path / "sharded").trace(PROMPT, 8).logits, want)
+    # the older spelling: a top-level rope_theta and rope_scaling {"type": ...}
+    old = tmp_path / "old"
+    shutil.copytree(folder, old)
+    config = json.loads((old / "config.json").read_text())
+    config.pop("rope_parameters")
+    config.update(rope_theta=10000.0, rope_scaling={"type": "linear", "factor": 2.0}, torch_dtype="float32")
+    config.pop("dtype")
+    (old / "config.json").write_text(json.dumps(config))
+    np.testing.assert_array_equal(load_pretrained(old).trace(PROMPT, 8).logits, want)
+
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_half_precision_checkpoints(checkpoint, kina_model, tmp_path, half):
+    """A BF16 or F16 checkpoint, read as float32, against transformers reading it as float32:
+    the same tokens, logits within 1e-4. Computed in BF16 (F16) itself (--dtype BF16), the logits
+    stay within 5e-2 (5e-3) of the float32 reference over the first 8 tokens, greedy-chosen by Kina."""
+    hf = build_hf("llama", SPECS["llama-mha"][1]).to(getattr(torch, half))
+    hf.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == half
+    stored = read_safetensors(tmp_path / "model.safetensors")["model.norm.weight"].dtype
+    assert stored == (np.dtype(ml_dtypes.bfloat16) if half == "bfloat16" else np.float16)
+    hf32 = hf_classes("llama")[1].from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager").eval()
+    check_against_transformers(load_pretrained(tmp_path), hf32)
+    native = load_pretrained(tmp_path, dtype=ml_dtypes.bfloat16 if half == "bfloat16" else np.float16)
+    got = native.trace(PROMPT, 8)
+    want = reference_logits(hf32, PROMPT + got.tokens[:-1])[len(PROMPT) - 1:]
+    assert rel_err(got.logits.astype(np.float32), want) < (5e-2 if half == "bfloat16" else 5e-3)
+
+
+# -- errors: one clear message naming the file and the field or tensor ------------------------
+
+def edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            config.pop(k, None)
+        else:
+            config[k] = v
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def edit_tensors(folder, fn):
+    from safetensors.numpy import save_file
+    tensors = {k: np.array(v) for k, v in read_safetensors(folder / "model.safetensors").items()}
+    fn(tensors)
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("config, tensors, words", [
+    (dict(architectures=["GPT2LMHeadModel"]), None, "config.json: field 'architectures' = [\"GPT2LMHeadModel\"]: "
+                                                    "unsupported architecture"),
+    (dict(hidden_act="gelu"), None, "config.json: field 'hidden_act' = \"gelu\": only silu"),
+    (dict(rope_parameters={"rope_type": "yarn", "factor": 4.0}), None, "rope_type 'yarn' is not supported"),
+    (dict(mlp_bias=True), None, "field 'mlp_bias' = true: MLP biases are not supported"),
+    (dict(num_key_value_heads=3), None, "field 'num_key_value_heads' = 3: num_attention_heads = 8 is not a multiple"),
+    (dict(hidden_size=None), None, "config.json: field 'hidden_size' is missing"),
+    (dict(sliding_window=16), None, "field 'sliding_window' = 16: attention is limited to 16 positions, "
+                                    "fewer than the 128 asked for"),
+    (None, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"),
+     "model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' is missing; expected shape [64, 32]"),
+    (None, lambda t: t.update({"model.norm.weight": np.zeros(30, np.float32)}),
+     "model.safetensors: tensor 'model.norm.weight' has shape [30], expected [32]"),
+    (None, lambda t: t.update({"model.layers.0.self_attn.qq_proj.weight": t.pop("model.layers.0.self_attn.q_proj.weight")}),
+     "model.safetensors: unexpected tensor 'model.layers.0.self_attn.qq_proj.weight'"),
+])
+def test_bad_folders_name_the_file_and_field(checkpoint, tmp_path, config, tensors, words):
+    folder = tmp_path / "m"
+    shutil.copytree(checkpoint("llama-mha")[0], folder)
+    if config:
+        edit_config(folder, **config)
+    if tensors:
+        edit_tensors(folder, tensors)
+    with pytest.raises(CheckpointError) as e:
+        load_pretrained(folder, max_seq_len=128)
+    assert words in str(e.value) and str(folder) in str(e.value)
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(CheckpointError, match="no such model folder"):
+        load_pretrained(tmp_path / "absent")
+    with pytest.raises(CheckpointError, match=r"config\.json: no such file"):
+        load_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**BASE, "architectures": ["LlamaForCausalLM"]}))
+    with pytest.raises(CheckpointError, match="no model.safetensors or model.safetensors.index.json"):
+        load_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json: no such file"):
+        load_tokenizer(tmp_path)
+
+
+# -- sampling ------------------------------------------------------------------------------
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy(kina_model):
+    m = kina_model("llama-mha")
+    sample = lambda **kw: [t for t, _, _ in m.stream(PROMPT, 24, choose=Sampler(**kw).chooser())]
+    a, b = sample(temperature=1.0, seed=3), sample(temperature=1.0, seed=3)
+    assert a == b and a != sample(temperature=1.0, seed=4)
+    assert sample(temperature=0.7, top_k=1, seed=5) == m.generate(PROMPT, 24) == sample()
+
+
+def test_the_empirical_distribution_matches_the_softmax(kina_model):
+    """At the prompt's last position: 20000 draws against softmax(logits / T), a chi-square
+    bound (p ~ 1e-6 for a correct sampler), and top-k / top-p keep exactly their sets."""
+    logits = kina_model("llama-mha").recompute(PROMPT).astype(np.float64)
+    n = 20000
+    for sampler in (Sampler(temperature=0.5, seed=1), Sampler(temperature=0.5, top_k=5, seed=2),
+                    Sampler(temperature=0.5, top_p=0.6, seed=3)):
+        z = logits / 0.5
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        order = np.argsort(-p)
+        if sampler.top_k:
+            keep = order[:sampler.top_k]
+        elif sampler.top_p < 1:
+            keep = order[:np.searchsorted(np.cumsum(p[order]), sampler.top_p) + 1]
+        else:
+            keep = order
+        want = np.zeros_like(p)
+        want[keep] = p[keep] / p[keep].sum()
+        np.testing.assert_allclose(sampler.probabilities(logits), want, rtol=1e-12, atol=1e-15)
+        choose = sampler.chooser()
+        counts = np.bincount([choose(logits) for _ in range(n)], minlength=p.size)
+        assert counts[want == 0].sum() == 0
+        big = want * n >= 5  # the cells a chi-square test can use; the rest pooled
+        observed = np.append(counts[big], counts[~big].sum())
+        expected = np.append(want[big] * n, want[~big].sum() * n)
+        used = expected > 0
+        chi2 = (((observed - expected) ** 2)[used] / expected[used]).sum()
+        dof = used.sum() - 1
+        assert chi2 < dof + 7 * np.sqrt(2 * dof) + 10, (chi2, dof)
+
+
+@pytest.mark.parametrize("kw, words", [(dict(temperature=-1), "temperature"), (dict(top_k=-2), "top_k"),
+                                       (dict(top_p=0.0), "top_p"), (dict(seed=1.5), "seed")])
+def test_bad_sampler_settings(kw, words):
+    with pytest.raises(ValueError, match=words):
+        Sampler(**kw)
+
+
+# -- text and the command --------------------------------------------------------------------
+
+CORPUS = ["Once upon a time there was a little fox.", "The fox liked to run in the woods, and the owl watched.",
+          "Every evening the owl told the fox a story about the moon."] * 20
+
+
+@pytest.fixture(scope="session")
+def text_folder(checkpoint, tmp_path_factory):
+    """llama-mha's folder with a byte-level BPE trained here (BOS <s> = 0, EOS </s> = 1)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    folder = tmp_path_factory.mktemp("text")
+    shutil.copytree(checkpoint("llama-mha")[0], folder, dirs_exist_ok=True)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>").save_pretrained(folder)
+    return folder
+
+
+def test_the_tokenizer_round_trips_text(text_folder):
+    text = load_tokenizer(text_folder)
+    assert (text.bos_id, text.eos_ids) == (0, (1,))
+    for s in ["Once upon a time", "the owl, the fox and the moon.", "héllo wörld ☃"]:
+        ids = text.encode(s)
+        assert ids[0] == 0 and ids.count(0) == 1  # the post-processor's BOS, not added twice
+        assert text.decode(ids) == s
+
+
+def test_generate_text_matches_transformers(text_folder, checkpoint):
+    m = Pretrained(text_folder)
+    out = m.generate("Once upon a time", max_new_tokens=40)
+    hf = checkpoint("llama-mha")[1]
+    with torch.no_grad():
+        ids = torch.tensor([out.prompt_ids])  # (the mask given: BOS 0 is also the pad id)
+        want = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False,
+                           eos_token_id=1, pad_token_id=0)[0, len(out.prompt_ids):].tolist()
+    assert out.ids == want
+    assert out.text == load_tokenizer(text_folder).tokenizer.decode(want, skip_special_tokens=True)
+    assert m.generate(out.prompt_ids, max_new_tokens=40).ids == out.ids  # text or ids
+    if 1 in out.ids:
+        assert out.ids[-1] == 1  # stopped at EOS
+    assert len(out.text) > 6
+    pieces = []  # streamed text is the text
+    assert m.generate("Once upon a time", max_new_tokens=40, on_text=pieces.append).text == "".join(pieces)
+    stop = out.text[4:7]  # a stop string cuts the text before it, stops, and is never streamed
+    pieces = []
+    cut = m.generate("Once upon a time", max_new_tokens=40, stop=[stop], on_text=pieces.append)
+    assert cut.text == "".join(pieces) == out.text[:out.text.index(stop)] and len(cut.ids) < len(out.ids)
+
+
+def test_kina_generate_json(text_folder, capsys):
+    assert main(["generate", str(text_folder), "--prompt", "Once upon a time", "--max-new-tokens", "12",
+                 "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert set(got) == {"prompt_ids", "ids", "text", "prefill_ms", "decode_ms_per_token", "tokens_per_s"}
+    m = Pretrained(text_folder)
+    want = m.generate("Once upon a time", max_new_tokens=12)
+    assert (got["prompt_ids"], got["ids"], got["text"]) == (want.prompt_ids, want.ids, want.text)
+    assert main(["generate", str(text_folder), "--prompt-ids", "0,5,17", "--max-new-tokens", "8", "--json",
+                 "--temperature", "0.9", "--top-p", "0.8", "--seed", "7"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    main(["generate", str(text_folder), "--prompt-ids", "0,5,17", "--max-new-tokens", "8", "--json",
+          "--temperature", "0.9", "--top-p", "0.8", "--seed", "7"])
+    assert json.loads(capsys.readouterr().out)["ids"] == first["ids"] and first["prompt_ids"] == [0, 5, 17]
+
+
+def test_kina_generate_streams_text_as_a_module(text_folder):
+    """`python -m kina.models.generate generate ...` prints the decoded text and the timings."""
+    import os
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-m", "kina.models.generate", "generate", str(text_folder), "--prompt",
+                           "Once upon a time", "--max-new-tokens", "16"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    want = Pretrained(text_folder).generate("Once upon a time", max_new_tokens=16).text
+    assert proc.stdout == want + "\n"
+    assert "prefill" in proc.stderr and "tokens/s" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["generate", "/nonexistent/model", "--prompt-ids", "1"], "/nonexistent/model/config.json: no such file"),
+    (["generate", "{folder}", "--prompt-ids", "1,999"], "token id 999 is out of range"),
+    (["generate", "{folder}", "--prompt-ids", "1", "--top-p", "2"], "top_p"),
+    (["generate", "{folder}", "--prompt-ids", "1", "--max-new-tokens", "0"], "--max-new-tokens: expected an int >= 1"),
+    (["generate", "{folder}", "--prompt", "hi"], "tokenizer.json: no such file"),
+    (["generate", "{folder}", "--prompt-ids", "1", "--dtype", "F8"], "argument --dtype: invalid choice: 'F8'"),
+    (["generate", "{folder}"], "one of the arguments --prompt --prompt-ids is required"),
+])
+def test_kina_generate_errors_are_one_line(checkpoint, capsys, argv, words):
+    folder = str(checkpoint("llama-mha")[0])
+    capsys.readouterr()  # what building the checkpoint printed (transformers' progress bars)
+    try:
+        status = main([a.replace("{folder}", folder) for a in argv])
+    except SystemExit as e:  # argparse's usage errors: 2, as argparse has it
+        status = e.code - 1
+    assert status == 1
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# -- damaged folders and non-finite weights (nothing damaged is trusted) -----------------------
+
+def copy_folder(checkpoint, tmp_path, name="llama-mha"):
+    src = checkpoint(name)[0]
+    dst = tmp_path / "model"
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("damage,words", [
+    (lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:5000]), "truncated"),
+    (lambda f: (f / "model.safetensors").write_bytes(b""), "too short"),
+    (lambda f: (f / "model.safetensors").write_bytes(b"\xff" * 64), "claims"),
+    (lambda f: (f / "config.json").write_text('{"architectures": ['), "not valid JSON"),
+    (lambda f: (f / "config.json").write_bytes(b""), "is empty"),
+    (lambda f: ((f / "config.json").unlink(), (f / "config.json").mkdir()), "is a directory"),
+    (lambda f: (f / "config.json").write_bytes(b"\x00\xff\xfe"), "not UTF-8"),
+])
+def test_a_damaged_folder_is_one_error_naming_the_file(checkpoint, tmp_path, damage, words):
+    folder = copy_folder(checkpoint, tmp_path)
+    damage(folder)
+    with pytest.raises(ValueError, match=words) as e:
+        load_pretrained(folder)
+    assert str(folder) in str(e.value) and "\n" not in str(e.value)
+    proc = subprocess.run([sys.executable, "-m", "kina.models.generate", "generate", str(folder), "--prompt-ids",
+                           "1,2", "--max-new-tokens", "2"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and words in proc.stderr and str(folder) in proc.stderr
+
+
+def test_a_damaged_tokenizer_is_one_error_naming_the_file(checkpoint, tmp_path):
+    folder = copy_folder(checkpoint, tmp_path)
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": 12}')
+    with pytest.raises(CheckpointError, match="tokenizer.json: not a tokenizer") as e:
+        load_tokenizer(folder)
+    assert "\n" not in str(e.value)
+    (folder / "tokenizer.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        load_tokenizer(folder)
+
+
+def test_non_finite_weights_are_refused_naming_the_tensor(checkpoint, tmp_path):
+    from safetensors.numpy import load_file, save_file
+    folder = copy_folder(checkpoint, tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    w = tensors["model.layers.1.mlp.up_proj.weight"].copy()
+    w[3, 5] = np.nan
+    tensors["model.layers.1.mlp.up_proj.weight"] = w
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"tensor 'model.layers.1.mlp.up_proj.weight' holds NaN or infinity: "
+                                              r"1 of \d+ values are not finite, the first at index \[3, 5\]"):
+        load_pretrained(folder)
+    # the opt-out loads it; the NaN then reaches every logit, and generation stops naming the step
+    model = load_pretrained(folder, allow_nonfinite=True)
+    with pytest.raises(FloatingPointError, match=r"generation step 0 \(position 1\): 320 of 320 logits are NaN"):
+        model.generate([1, 2], 3)
+
+
+def test_a_value_past_f16s_range_is_refused_on_conversion(checkpoint, tmp_path):
+    from safetensors.numpy import load_file, save_file
+    folder = copy_folder(checkpoint, tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"].copy()
+    tensors["model.norm.weight"][0] = 1e6
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    load_pretrained(folder)  # finite as float32
+    with pytest.raises(CheckpointError, match="tensor 'model.norm.weight' overflows float16"):
+        load_pretrained(folder, dtype=np.float16)
