@@ -296,7 +296,7 @@ let f = fn(a: tensor<F32, [N, 1], @host>, b: tensor<F32, [1, N], @host>, c: tens
 @pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
 def test_level_builds_record_the_level_s_extensions(level):
     from kina.driver.pipeline import Options
-    from kina.driver.toolchain import CPU_LEVELS, cpu_flags
+    from kina.runtime.cpu import CPU_LEVELS, cpu_flags
     built = build_so(SOURCE, f"{level}.kina", Options(cpu=level))
     sidecar = json.loads(built.with_suffix(".json").read_text())
     assert sidecar["cpu"] == level and set(sidecar["cpu_flags"]) == CPU_LEVELS[level]

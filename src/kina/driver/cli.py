@@ -96,7 +96,7 @@ def compile_main(argv: list[str]) -> int:
     except FileError as e:
         print(f"kinac: error: cannot read {e}", file=sys.stderr)
         return 1
-    from .toolchain import CPU_LEVELS
+    from ..runtime.cpu import CPU_LEVELS
     if args.cpu != "native" and args.cpu not in CPU_LEVELS:
         print(f"kinac: error: unknown --cpu {args.cpu!r}: use 'native' or one of {', '.join(CPU_LEVELS)} "
               "(a .so for another CPU could not be checked when it is loaded)", file=sys.stderr)

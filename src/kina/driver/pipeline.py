@@ -48,6 +48,7 @@ from .. import __version__, files, knobs
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
+from ..runtime import cpu
 from ..ir.passes import PASSES, Pass, PassError, selected, source_loc
 from . import interrupts, toolchain, translate
 
@@ -233,7 +234,7 @@ def _stage_so(b: Build) -> None:
         "llvm_version": toolchain.llvm_version(),
         "source": b.filename,
         "cpu": b.target_cpu,
-        "cpu_flags": toolchain.target_flags(b.options.cpu),
+        "cpu_flags": cpu.target_flags(b.options.cpu),
         "so_size": so.stat().st_size,
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
         "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn)} for fn in b.program.functions],
@@ -278,8 +279,8 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
     options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
     if until not in STAGE_NAMES:
         raise ValueError(f"until: expected one of {STAGE_NAMES}, got {until!r}")
-    if options.cpu != "native" and options.cpu not in toolchain.CPU_LEVELS:
-        raise ValueError(f"cpu: expected 'native' or one of {', '.join(toolchain.CPU_LEVELS)}, got {options.cpu!r}")
+    if options.cpu != "native" and options.cpu not in cpu.CPU_LEVELS:
+        raise ValueError(f"cpu: expected 'native' or one of {', '.join(cpu.CPU_LEVELS)}, got {options.cpu!r}")
     made = workdir is None
     if made:
         with interrupts.deferred():  # made and tracked, or neither, whenever kinac is interrupted

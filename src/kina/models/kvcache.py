@@ -23,18 +23,14 @@ Guarantees:
 """
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from .. import runtime
-from .common import count, kernel_program, causal_mask, kina_dtype, shape_str
+from .common import causal_mask, count, kernel_program, kina_dtype, shape_str
+
 
 class CacheFullError(ValueError):
     """An append that does not fit; the cache is left exactly as it was."""
