@@ -35,11 +35,19 @@ STATIC = EXAMPLES / "storylm0_kv_step.kina"
 DELAYS_MS = [0, 20, 50, 100, 200, 400]
 
 
+def as_from_a_terminal() -> None:
+    """In the child before it runs: Ctrl-C's default action, as a shell gives a foreground
+    command. A test run started in the background (`make test &`) inherits SIGINT ignored,
+    and then an interrupt before kinac's first line would be ignored by Python itself."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args, tmp_path: Path, env=None) -> subprocess.Popen:
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "KINA_NO_CACHE": "1", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "kina", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
 
 
 def ctrl_c(proc: subprocess.Popen) -> tuple[int, str]:
@@ -165,7 +173,7 @@ def test_an_in_process_call_leaves_the_handlers_alone(capsys):
 def test_importing_kina_installs_no_handler():
     code = ("import signal, kina\nfrom kina.driver import cli, interrupts, pipeline\nfrom kina import runtime\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=as_from_a_terminal)
     assert proc.stdout == "True\n", proc.stderr
 
 
@@ -191,7 +199,7 @@ def test_console_script_entry_points(tmp_path, entry):
     for delay in (50, 200):
         proc = subprocess.Popen([sys.executable, "-c", f"import sys\n{entry}\nsys.exit(main())", STATIC,
                                  "-o", tmp_path / "out" / "kv.so"], stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=as_from_a_terminal)
         time.sleep(delay / 1000)
         rc, err = ctrl_c(proc)
         assert_interrupted(rc, err, tmp_path, tmp_path / "out", early=delay < 100)
