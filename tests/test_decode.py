@@ -591,3 +591,71 @@ def test_prepared_call_patches_by_name_and_checks_names_once():
                          (lambda: call.set_data("out1", out), "no parameter or result named 'out1'")]:
         with pytest.raises(ValueError, match=words):
             patch()
+
+
+def test_prepared_call_is_bounded_by_its_buffers():
+    """A prepared call checks its buffers once, as a call checks its arguments, and no
+    patch takes a descriptor past them: a mistake is an error naming it, never a write
+    outside the memory given (the bug behind StoryLM's crash at exit)."""
+    cache = filled(3, t=16)
+    attend = cache._kernels.attend
+    q, s = cache._q, cache._s
+    q[...], s[...] = rand(np.random.default_rng(4), B, H, 1, Dh), 0.5
+    out = np.empty((B, H, 1, Dh), np.float32)
+    short_v = cache._v[:, :, :10]  # Kᵀ holds 16 positions, V 10: N starts at the largest both hold
+    call = attend.prepare([q, cache._k, short_v, s], [out], dims=("N",))
+    assert call.dim_range("N") == range(11)
+    assert (call.words[call._size_word["k", "N"]], call.words[call._size_word["v", "N"]]) == (10, 10)
+    with pytest.raises(ValueError, match=r"set_dim: N = 11 is outside 0 \.\. 10"):
+        call.set_dim("N", 11)
+    with pytest.raises(ValueError, match=r"set_dim: N = -1 is outside"):
+        call.set_dim("N", -1)
+    with pytest.raises(ValueError, match=r"set_size: v's N = 11 is outside 0 \.\. 10"):
+        call.set_size("v", "N", 11)
+    with pytest.raises(ValueError, match="'N' was not named to prepare"):
+        attend.prepare([q, cache._k, cache._v, s], [out]).dim_range("N")
+    with pytest.raises(ValueError, match=r"dim N is 16 in k but 10 in v"):  # a dim not named must agree
+        attend.prepare([q, cache._k, short_v, s], [out])
+    # set_size patches one axis: the next call checks that the others agree
+    call.set_size("k", "N", 3)
+    with pytest.raises(ValueError, match=r"dim N is 3 in k but 10 in v \(dim 2\)"):
+        call()
+    call.set_size("v", "N", 3)
+    call()
+    assert_same(out, cache.attend(q, 0.5), rtol=1e-6)
+    # the descriptors change only through the setters
+    with pytest.raises(ValueError, match="read-only"):
+        call.words[call._size_word["k", "N"]] = 99
+    # set_data: an array as prepared (dtype, shape, strides; writable for an out), kept alive
+    for bad, words in [(np.empty((B, H, 2, Dh), np.float32), r"out0 must be a writable aligned float32 array "
+                                                               r"of shape \[2, 3, 1, 4\]"),
+                       (np.empty((B, H, 1, Dh), np.float64), "got float64"),
+                       (np.empty((B, H, 1, 2 * Dh), np.float32)[..., ::2], "as prepared"),
+                       ([[0.0]], "got list")]:
+        with pytest.raises(ValueError, match=words):
+            call.set_data("out0", bad)
+    frozen = np.empty((B, H, 1, Dh), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        call.set_data("out0", frozen)
+    import gc
+    import weakref
+    other = np.empty((B, H, 1, Dh), np.float32)
+    alive = weakref.ref(other)
+    call.set_data("out0", other)
+    del other
+    gc.collect()
+    assert alive() is not None and alive() is call._buffers[-1]
+    # prepare checks what a call checks
+    for arrays, outs, exc, words in [
+        ([q, cache._k, cache._v], [out], TypeError, "prepare takes 4 arrays and 1 outs"),
+        ([q.astype(np.float64), cache._k, cache._v, s], [out], TypeError, "q must have dtype float32"),
+        ([q[0], cache._k, cache._v, s], [out], ValueError, "q must have rank 4"),
+        ([q, cache._k, cache._v, s], [np.empty((B, H, 2, Dh), np.float32)], ValueError,
+         r"out0 dim 2 must be 1 = 1, got 2"),
+        ([q, cache._k, cache._v[:, :2], s], [out], ValueError, r"dim H is 3 in k but 2 in v"),
+        ([q, cache._k, cache._v, s], [out[..., ::2]], ValueError, "unit innermost stride"),
+        ([q, cache._k, cache._v, s], [frozen], ValueError, "out0 must be writable"),
+        ([list(q), cache._k, cache._v, s], [out], TypeError, "q must be a numpy.ndarray")]:
+        with pytest.raises(exc, match=words):
+            attend.prepare(arrays, outs, dims=("N",))

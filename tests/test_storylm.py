@@ -313,3 +313,97 @@ def test_bad_calls():
         model().step(1, cache)
     with pytest.raises(ValueError, match="at least one token"):
         m.prefill([], m.new_cache())
+
+
+# -- memory: no call writes outside the cache's buffers ----------------------------------
+
+SENTINEL = -7777.0
+GUARD_BYTES = 256  # each side of every buffer: a multiple of runtime.ALIGN, more than a position of V
+
+
+def guarded_cache(m):
+    """A new cache of `m` whose K/V buffers sit between two guard regions holding SENTINEL,
+    and a function telling which guards changed (as "k[layer][buffer] before/after")."""
+    cache, guards = m.new_cache(), []
+
+    def buffer(a, what):
+        pad = GUARD_BYTES // a.itemsize
+        raw = kina.runtime.empty((pad + a.size + pad,), a.dtype)
+        raw[:] = SENTINEL
+        view = raw[pad:pad + a.size].reshape(a.shape)
+        view[...] = 0
+        guards.append((what, raw, pad, a.size))
+        return view
+    cache._k = [[buffer(a, f"k[{i}][{j}]") for j, a in enumerate(pair)] for i, pair in enumerate(cache._k)]
+    cache._v = [[buffer(a, f"v[{i}][{j}]") for j, a in enumerate(pair)] for i, pair in enumerate(cache._v)]
+
+    def damaged():
+        return [f"{what} {side}" for what, raw, pad, n in guards
+                for side, part in (("before", raw[:pad]), ("after", raw[pad + n:])) if (part != SENTINEL).any()]
+    return cache, damaged
+
+
+def test_decoding_to_the_last_position_stays_inside_the_cache():
+    """Prefill and step up to max_seq_len: every write lands inside the K/V buffers (their
+    guard regions are untouched), the results are those of an ordinary cache, and one
+    step more is refused."""
+    m = model(seed=3, max_seq_len=12)
+    cache, damaged = guarded_cache(m)
+    plain = m.new_cache()
+    np.testing.assert_array_equal(m.prefill(PROMPT, cache), m.prefill(PROMPT, plain))
+    for t in range(m.max_seq_len - len(PROMPT)):
+        np.testing.assert_array_equal(m.step(t, cache), m.step(t, plain))
+    assert cache.n_filled == m.max_seq_len and damaged() == []
+    with pytest.raises(ValueError, match="exceed max_seq_len"):
+        m.step(1, cache)
+    assert damaged() == []
+
+
+def test_prepared_step_calls_never_write_past_the_cache():
+    """The bug report's scenario (a crash at exit: "free(): invalid size"): the prepared
+    layer calls of a cache (`cache._calls`), called again and again with no set_dim, in
+    both directions. They were prepared on whole buffers, and until a decode step patched
+    them their descriptors said S = max_seq_len for k_past and S+1 = max_seq_len for
+    k_next, so decoder_step wrote position max_seq_len, one past each buffer. A prepared
+    call now starts at the largest S its buffers hold, and no patch goes past it."""
+    m = model(seed=4, max_seq_len=12)
+    cache, damaged = guarded_cache(m)
+    m.prefill(PROMPT, cache)
+    m.step(3, cache)
+    steps, x, cos, sin, logits = cache._calls
+    for _ in range(3):
+        for direction in (cache._cur, 1 - cache._cur):
+            for call in steps[direction]:
+                call()
+        logits()
+    assert damaged() == []
+    call = steps[cache._cur][0]
+    assert call.dim_range("S") == range(m.max_seq_len)  # S + 1 <= max_seq_len
+    with pytest.raises(ValueError, match=r"set_dim: S = 12 is outside 0 \.\. 11"):
+        call.set_dim("S", m.max_seq_len)
+    call()
+    assert damaged() == []
+
+
+# one head of 64: a stray position of V is 256 bytes, enough to break glibc's heap every time
+SCENARIO = """
+from kina.models import StoryLM
+m = StoryLM(vocab_size=96, d_model=64, n_heads=1, n_layers=2, ffn_dim=88, max_seq_len=256)
+c = m.new_cache(); m.prefill(list(range(1, 65)), c); m.step(3, c)
+steps, x, cos, sin, logits = c._calls
+for _ in range(50):
+    steps[c._cur][0]()
+    logits()
+print("done")
+"""
+
+
+def test_the_bug_report_scenario_exits_cleanly():
+    """The scenario as a program of its own: it used to die at exit ("double free or
+    corruption", "free(): invalid size": glibc finding the heap broken)."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", SCENARIO], capture_output=True, text=True, env=env, timeout=600)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done\n", "")

@@ -429,7 +429,9 @@ class StoryLM(Decoder):
 
     def _prepare_calls(self, cache: StoryCache):
         """decoder_step per layer and per direction (buffer 0 -> 1 and 1 -> 0), chained by
-        fixed activations x_0 .. x_L, and the head on x_L."""
+        fixed activations x_0 .. x_L, and the head on x_L. Each is prepared on whole
+        buffers, which bound S to max_seq_len - 1 (k_next holds S+1 positions); `_decode`
+        sets S before every call."""
         D, R, dt, L = self.d_model, self.head_dim // 2, self.dtype, self.n_layers
         xs = [runtime.empty((1, 1, D), dt) for _ in range(L + 1)]
         cos, sin = runtime.empty((1, 1, 1, 1, R), dt), runtime.empty((1, 1, 1, 1, R), dt)
