@@ -272,17 +272,18 @@ def markdown_block(report: dict) -> str:
     return f"{provenance(report)}\n\n{markdown_table(report)}"
 
 
-def update_doc(path: str | Path, block: str) -> Path:
-    """Replace what is between BEGIN and END in `path` with `block` (the markers stay)."""
+def update_doc(path: str | Path, block: str, begin: str = BEGIN, end: str = END) -> Path:
+    """Replace what is between the `begin` and `end` lines in `path` with `block` (the
+    markers stay); by default bench_kv_step's markers."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
         raise SystemExit(f"error: --markdown: cannot read {path}: {e.strerror}") from None
-    pattern = re.compile(re.escape(BEGIN) + r"\n.*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
     if len(pattern.findall(text)) != 1:
-        raise SystemExit(f"error: --markdown: {path} needs one {BEGIN!r} line and, after it, one {END!r} line")
-    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text))
+        raise SystemExit(f"error: --markdown: {path} needs one {begin!r} line and, after it, one {end!r} line")
+    path.write_text(pattern.sub(lambda _: f"{begin}\n{block}\n{end}", text))
     return path
 
 
