@@ -4,6 +4,7 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_model.py \\
         [--shape smollm|small|tiny] [--prompt 32] [--new 64] [--repeats 3] [--threads 1,2] \\
         [--json FILE] [--markdown] [--plot FILE.png [--add-json EARLIER.json ...]]
+    .venv/bin/python scripts/bench_model.py --from-json REPORT.json --markdown   # measure nothing
 
 One folder per shape (benchlib/engines.py, SHAPES): transformers' LlamaForCausalLM with
 seeded random weights (gains perturbed), written with save_pretrained in F32 under
@@ -84,7 +85,11 @@ def parse_args(argv=None):
     p.add_argument("--plot", metavar="FILE.png", help="draw decode tokens/s against model size and threads")
     p.add_argument("--add-json", action="append", default=[], metavar="REPORT",
                    help="with --plot: earlier reports (--json) to draw beside this run's")
+    p.add_argument("--from-json", metavar="REPORT",
+                   help="with --markdown or --plot: use this report (from --json), measure nothing")
     a = p.parse_args(argv)
+    if a.from_json and not (a.markdown or a.plot):
+        p.error("--from-json reads a report: give --markdown or --plot too")
     if a.new < 2 or a.prompt < 1 or a.repeats < 1:
         p.error("--new must be >= 2, --prompt and --repeats >= 1")
     if a.plot:
@@ -147,13 +152,15 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def keep_first_logits(run):
+def keep_first_logits(name, run):
     """A run that keeps the logits of its first call only (the checks need one set; the
-    timed rounds would otherwise hold --repeats copies of [new, vocab] per engine)."""
+    timed rounds would otherwise hold --repeats copies of [new, vocab] per engine), and
+    prints its time, so that a long run shows progress."""
     state = {"first": None}
 
     def wrapped():
         r = run()
+        print(f"  {name}: {r['total']:.2f} s", flush=True)
         if state["first"] is None:
             state["first"] = r["logits"]
         r.pop("logits")
@@ -247,8 +254,31 @@ def plot(reports: list[dict], path) -> Path:
     return plotting.save(fig, path)
 
 
+def load_report(path: str) -> dict:
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: cannot read the report {path}: {e}") from None
+    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+        raise SystemExit(f"error: {path} is not a {REPORT_FORMAT!r} report (from bench_model.py --json)")
+    return report
+
+
+def publish(report: dict, args) -> None:
+    """--markdown and --plot, from a report just measured or read back."""
+    if args.markdown:
+        block = f"{provenance(report)}\n\n{markdown_table(report)}"
+        shape = report["args"]["shape"]
+        print(f"wrote the table into {rep.update_doc(args.doc, block, *markers(shape))}")
+    if args.plot:
+        print(f"wrote {plot([report, *map(load_report, args.add_json)], args.plot)}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.from_json:
+        publish(load_report(args.from_json), args)
+        return 0
     notes: list[str] = []
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if os.environ.get(var):
@@ -264,7 +294,7 @@ def main(argv=None) -> int:
     args.prompt_ids = [int(x) for x in np.random.default_rng(args.seed).integers(3, engines.SHAPES[args.shape]["vocab_size"], args.prompt)]
 
     made, versions = make_engines(args, notes)
-    runs_in = {name: keep_first_logits(run) for name, (run, _, _) in made.items()}
+    runs_in = {name: keep_first_logits(name, run) for name, (run, _, _) in made.items()}
     threads = sorted({1, *args.threads})
     samples = [read_bandwidths(BW_PASSES, threads)]
     runs = interleaved(runs_in, args.repeats)
@@ -303,6 +333,14 @@ def main(argv=None) -> int:
         if c["logits_pass"] is not None:
             print(f"{'PASS' if c['logits_pass'] else 'FAIL'}  logits: {c['row']} vs {REFERENCE}: {c['rel_err']:.2e} "
                   f"over {c['steps_compared']} steps (limit {c['tol']:g})")
+    llc = machine.llc_bytes()
+    if bpt["F32"] < llc:
+        notes.append(f"the F32 weights ({bpt['F32'] / MB:.0f} MB) fit in the last-level cache this machine reports "
+                     f"({llc / MB:.0f} MB): a step may read them from the cache, faster than the floor's "
+                     f"256 MiB probe, so the floor bounds nothing here")
+    for name, r in firsts.items():
+        if not np.abs(r["logits"]).max() > 0:
+            notes.append(f"{name}: every logit of the first step is 0 (overflow to inf inside the model?)")
     for name, m in rows.items():
         if not m["same_tokens_every_round"]:
             notes.append(f"{name} gave different tokens in different rounds")
@@ -314,12 +352,7 @@ def main(argv=None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {path}")
-    if args.markdown:
-        block = f"{provenance(report)}\n\n{markdown_table(report)}"
-        print(f"wrote the table into {rep.update_doc(args.doc, block, *markers(args.shape))}")
-    if args.plot:
-        more = [json.loads(Path(p).read_text()) for p in args.add_json]
-        print(f"wrote {plot([report, *more], args.plot)}")
+    publish(report, args)
     return 0
 
 
