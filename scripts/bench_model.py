@@ -57,7 +57,6 @@ from benchlib.timing import interleaved, medians  # noqa: E402
 
 REPORT_FORMAT = "kina-bench-model-1"
 MB = 1e6
-BW_PASSES = 4  # read-bandwidth passes on each thread count, before the runs and again after them
 LLAMA_CPP_STEPS = 8  # llama.cpp F32's logits are checked at the first decode steps
 TOL = {"Kina": 1e-4, "llama.cpp": 1e-3}
 REFERENCE = "transformers F32 1T"
@@ -77,6 +76,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=rep.positive_ints, default="1,2",
                    help="thread counts of transformers and llama.cpp (default 1,2); Kina runs on one")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bw-passes", type=int, default=4,
+                   help="read-bandwidth passes on each thread count, before the runs and again after (default 4)")
     p.add_argument("--folder", help="the model folder (default build/bench_model/<shape>-seed<seed>)")
     p.add_argument("--json", help="write the report here")
     p.add_argument("--markdown", action="store_true",
@@ -90,8 +91,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.from_json and not (a.markdown or a.plot):
         p.error("--from-json reads a report: give --markdown or --plot too")
-    if a.new < 2 or a.prompt < 1 or a.repeats < 1:
-        p.error("--new must be >= 2, --prompt and --repeats >= 1")
+    if a.new < 2 or a.prompt < 1 or a.repeats < 1 or a.bw_passes < 1:
+        p.error("--new must be >= 2, --prompt, --repeats and --bw-passes >= 1")
     if a.plot:
         import plotting
         plotting.check_target(a.plot)
@@ -255,13 +256,7 @@ def plot(reports: list[dict], path) -> Path:
 
 
 def load_report(path: str) -> dict:
-    try:
-        report = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"error: cannot read the report {path}: {e}") from None
-    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
-        raise SystemExit(f"error: {path} is not a {REPORT_FORMAT!r} report (from bench_model.py --json)")
-    return report
+    return rep.load_report(path, REPORT_FORMAT)
 
 
 def publish(report: dict, args) -> None:
@@ -296,9 +291,9 @@ def main(argv=None) -> int:
     made, versions = make_engines(args, notes)
     runs_in = {name: keep_first_logits(name, run) for name, (run, _, _) in made.items()}
     threads = sorted({1, *args.threads})
-    samples = [read_bandwidths(BW_PASSES, threads)]
+    samples = [read_bandwidths(args.bw_passes, threads)]
     runs = interleaved(runs_in, args.repeats)
-    samples.append(read_bandwidths(BW_PASSES, threads))
+    samples.append(read_bandwidths(args.bw_passes, threads))
     read_bw = {str(n): max(s[n] for s in samples) for n in threads}
 
     bpt = {"F32": engines.weight_bytes(folder, 4), "F16": engines.weight_bytes(folder, 2)}

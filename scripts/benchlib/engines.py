@@ -30,11 +30,11 @@ from .bandwidth import SETTLE_S
 from .timing import busy_wait
 
 # LlamaConfig fields per shape; rope_theta and rms_norm_eps as SmolLM's config has them. The
-# weights' spread (initializer_range) is the least that gave 32 distinct greedy tokens in 32 at
-# smollm and small (30 at small), so that the token comparison tells something; at 0.05 the
-# residual stream stays below 50 at smollm (below 12 at small). At 0.1 it reached 356 (86),
-# and at 0.2 Kina's F16 RMSNorm overflowed (x * x past F16's 65504): all its logits were 0.
-# The tiny shape, with a tied head, repeats one token below 0.2.
+# weights' spread (initializer_range) is 0.05 at smollm and small: 32 distinct greedy tokens in
+# 32 at smollm (30 at small), so the token comparison tells something, with the residual stream
+# below 50 (below 12 at small). At 0.1 it reached 356 (86 at small); at 0.2, Kina's F16 RMSNorm
+# overflowed at small (x * x past F16's 65504) and every logit was 0. The tiny shape, with a
+# tied head, repeated one token at 0.05, hence 0.2 there.
 SHAPES = {
     "smollm": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                    num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True, initializer_range=0.05),

@@ -189,17 +189,18 @@ def write_report(report: dict, path: str | Path) -> Path:
     return path
 
 
-def load_report(path: str) -> dict:
-    """A report written by make_report (--json), or SystemExit saying what is wrong with the file."""
+def load_report(path: str, fmt: str = REPORT_FORMAT) -> dict:
+    """A report of format `fmt` (default make_report's, --json), or SystemExit saying what is
+    wrong with the file."""
     try:
         report = json.loads(Path(path).read_text())
     except OSError as e:
         raise SystemExit(f"error: --from-json: cannot read {path}: {e.strerror}") from None
     except ValueError as e:
         raise SystemExit(f"error: --from-json: {path} is not JSON: {e}") from None
-    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+    if not isinstance(report, dict) or report.get("format") != fmt:
         got = report.get("format") if isinstance(report, dict) else type(report).__name__
-        raise SystemExit(f"error: --from-json: expected a {REPORT_FORMAT!r} report (from --json), "
+        raise SystemExit(f"error: --from-json: expected a {fmt!r} report (from --json), "
                          f"got format {got!r} in {path}")
     return report
 
