@@ -262,7 +262,7 @@ def load_report(path: str) -> dict:
 def publish(report: dict, args) -> None:
     """--markdown and --plot, from a report just measured or read back."""
     if args.markdown:
-        block = f"{provenance(report)}\n\n{markdown_table(report)}"
+        block = f"{provenance(report)}\n\n{markdown_table(report)}" + "".join(f"\n- {n}" for n in report["notes"])
         shape = report["args"]["shape"]
         print(f"wrote the table into {rep.update_doc(args.doc, block, *markers(shape))}")
     if args.plot:
