@@ -49,3 +49,15 @@ def test_tiny_shape_table_and_tokens(tmp_path):
     r = json.loads(report.read_text())
     assert set(r["read_bw"]) == {"1", "2"} and r["weight_bytes_per_token"]["F32"] == 2 * r["weight_bytes_per_token"]["F16"]
     assert all(len(row["tokens"]) == 4 for row in r["rows"].values())
+
+    # --markdown from the report rewrites only what is between this shape's markers
+    doc = tmp_path / "performance.md"
+    begin = "<!-- BEGIN bench_model --shape tiny --markdown: generated, edit the script rather than this table -->"
+    end = "<!-- END bench_model --shape tiny --markdown -->"
+    doc.write_text(f"before\n{begin}\nSTALE TABLE\n{end}\nafter\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_model.py"), "--from-json", str(report),
+                           "--markdown", "--doc", str(doc)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = doc.read_text()
+    assert text.startswith(f"before\n{begin}\nFrom `python scripts/bench_model.py --shape tiny") and "STALE TABLE" not in text
+    assert text.endswith(f"{end}\nafter\n") and len([ln for ln in text.splitlines() if ROW.match(ln)]) == len(rows)
