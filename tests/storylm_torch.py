@@ -1,5 +1,5 @@
 """StoryLM-0 in PyTorch, written from issue 13's formulas alone: the tests' independent
-reference, and the PyTorch eager row of scripts/bench_model.py.
+reference (scripts/bench_model.py now compares with transformers itself, on a saved folder).
 
 In:  the weights `kina.models.storylm` documents (a dict of NumPy arrays named as in
      `kina.models.storylm.weight_shapes`, projections stored [in, out]), the head count, eps

@@ -146,7 +146,14 @@ def bandwidth(samples: dict) -> dict[int, dict]:
 def read_bandwidth(passes: int) -> float:
     """Bytes/s one thread reads from memory: the best of `passes` passes of np.sum (one
     stream) and np.dot (two), on a new 256 MiB array each pass."""
+    return read_bandwidths(passes, [1])[1]
+
+
+def read_bandwidths(passes: int, threads: list[int]) -> dict[int, float]:
+    """{n: bytes/s read on at most n threads}, for each n in `threads`: read_bandwidth's
+    probe with the array split in n parts, each summed on its own worker thread (NumPy
+    releases the GIL), interleaved with the other thread counts pass by pass."""
     samples: dict = {}
     for _ in range(passes):
-        add_samples(samples, BandwidthKernels(copies=False).measure([1], 1))
-    return bandwidth(samples)[1]["read"]
+        add_samples(samples, BandwidthKernels(copies=False).measure(list(threads), 1))
+    return {n: b["read"] for n, b in bandwidth(samples).items()}

@@ -189,17 +189,18 @@ def write_report(report: dict, path: str | Path) -> Path:
     return path
 
 
-def load_report(path: str) -> dict:
-    """A report written by make_report (--json), or SystemExit saying what is wrong with the file."""
+def load_report(path: str, fmt: str = REPORT_FORMAT) -> dict:
+    """A report of format `fmt` (default make_report's, --json), or SystemExit saying what is
+    wrong with the file."""
     try:
         report = json.loads(Path(path).read_text())
     except OSError as e:
         raise SystemExit(f"error: --from-json: cannot read {path}: {e.strerror}") from None
     except ValueError as e:
         raise SystemExit(f"error: --from-json: {path} is not JSON: {e}") from None
-    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+    if not isinstance(report, dict) or report.get("format") != fmt:
         got = report.get("format") if isinstance(report, dict) else type(report).__name__
-        raise SystemExit(f"error: --from-json: expected a {REPORT_FORMAT!r} report (from --json), "
+        raise SystemExit(f"error: --from-json: expected a {fmt!r} report (from --json), "
                          f"got format {got!r} in {path}")
     return report
 
@@ -272,17 +273,18 @@ def markdown_block(report: dict) -> str:
     return f"{provenance(report)}\n\n{markdown_table(report)}"
 
 
-def update_doc(path: str | Path, block: str) -> Path:
-    """Replace what is between BEGIN and END in `path` with `block` (the markers stay)."""
+def update_doc(path: str | Path, block: str, begin: str = BEGIN, end: str = END) -> Path:
+    """Replace what is between the `begin` and `end` lines in `path` with `block` (the
+    markers stay); by default bench_kv_step's markers."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
         raise SystemExit(f"error: --markdown: cannot read {path}: {e.strerror}") from None
-    pattern = re.compile(re.escape(BEGIN) + r"\n.*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
     if len(pattern.findall(text)) != 1:
-        raise SystemExit(f"error: --markdown: {path} needs one {BEGIN!r} line and, after it, one {END!r} line")
-    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text))
+        raise SystemExit(f"error: --markdown: {path} needs one {begin!r} line and, after it, one {end!r} line")
+    path.write_text(pattern.sub(lambda _: f"{begin}\n{block}\n{end}", text))
     return path
 
 
