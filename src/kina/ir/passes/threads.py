@@ -1,0 +1,483 @@
+"""threads: give each exported function a threaded entry that every thread of a call runs.
+
+    func.func @kina_f(%x: memref<1x576xf32, ...>, %w: memref<576x1536xf32, ...>,
+                      %out0: memref<1x1536xf32, ...>) {
+      %t = memref.alloc() : memref<1x576xf32>
+      linalg.generic ... ins(%x) outs(%t)                    // small: 4.5 KiB
+      linalg.fill ins(%zero) outs(%out0)
+      linalg.generic {matmul} ins(%t, %w) outs(%out0)        // 3.5 MiB
+    }
+gains, beside it (the original is kept as it is),
+    func.func @kina_f_threaded(%x, %w, %out0, %tid: index, %nthreads: index, %ws: memref<?xi8>) {
+      %t = memref.view %ws[%c128][] : memref<?xi8> to memref<1x576xf32>
+      scf.if %tid == 0 { linalg.generic ... ins(%x) outs(%t) }
+      call @kina_barrier(%ws_address, %nthreads)              // %t was written by thread 0
+      %lo, %hi = this thread's columns: whole 64-byte lines, at most %nthreads parts
+      linalg.fill ins(%zero) outs(subview %out0[0, %lo] [1, %hi - %lo])
+      linalg.generic {matmul} ins(%t, subview %w[0, %lo] [576, %hi - %lo])
+                              outs(subview %out0[0, %lo] [1, %hi - %lo])
+    }
+    func.func @kina_f_workspace(%x, %w, %out0) -> index    // bytes %ws must have: 128 + 2304
+
+Every op at the top of the function is one of three kinds. A linalg.generic, fill or
+copy that moves at least `min-bytes` per part is split along one parallel loop that
+indexes every output (the outermost of at least 16, else the longest): each thread
+runs the op on its own range of that loop (a subview of every operand it indexes;
+the others whole), in up to `nthreads` parts, so no reduction is ever split. An
+op too small to split, and any other op that touches memory, runs on thread 0
+alone. Ops without memory effects (index arithmetic, views) run on every thread.
+A fill that initialises the output of the next op is split with it, on the same
+subview. Before an op that reads or writes a buffer that another part wrote (or
+read, for a write) since the last barrier, a barrier (`kina_barrier`, a spin
+barrier in kina_threads.c, linked into the .so) makes every thread wait for the
+others. Buffers are told apart by their root (a parameter, or a temporary),
+following views; distinct parameters do not overlap (the runtime's rule).
+Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
+workspace `%ws` (128 bytes of barrier state, then every temporary at a 64-byte
+boundary, none reused), whose size `kina_<f>_workspace` computes from the same
+arguments; the caller allocates it zeroed and aligned and passes it to every thread.
+
+Guarantees: each output element is computed by exactly one thread, by the same op
+over the same reduction range as the original, so any thread count (and the
+original function) gives the same bits. A function this pass cannot take (an
+allocation inside a region, an op with memory effects that has results, a name
+taken) gets no threaded entry; the runtime then calls the original on one thread.
+
+In:  after bufferization and copies-to-linalg, before the loop passes (matmul-loops,
+sum-loops), which then lower the split ops on their subviews.
+Out: the same module, plus `<f>_threaded`, `<f>_workspace` per function and the
+declaration of `kina_barrier(ws address, nthreads)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, func, linalg, memref, scf
+
+from ..irbuild import DYN, index
+from ._pass import KinaPass, option
+from ._util import functions, iterators_of, maps_of
+
+HEADER_BYTES = 128  # the barrier's two counters, each on its own cache line (kina_threads.c)
+ALIGN_BYTES = 64  # each temporary starts on a cache line, as memref.alloc's alignment gave it
+BARRIER = "kina_barrier"
+
+# ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
+_PURE = {"memref.dim", "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
+         "memref.reinterpret_cast", "memref.view", "memref.extract_aligned_pointer_as_index", "affine.apply"}
+_PURE_DIALECTS = ("arith.", "index.", "math.")
+_VIEWS = {"memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast"}
+
+
+def _positive(n: int) -> bool:
+    return n >= 1
+
+
+@dataclass(frozen=True)
+class Threads(KinaPass):
+    name = "threads"
+    summary = ("a threaded entry per function: each op's output range split by thread id, barriers between "
+               "dependent ops, temporaries in one shared workspace; the same bits for any thread count")
+    optimisation = True
+    min_bytes: int = option(65536, "bytes an op must move per part to be split (smaller ones run on thread 0)",
+                            check=_positive, expected="an integer >= 1")
+
+    def run(self, module_op) -> None:
+        body = module_op.regions[0].blocks[0]
+        names = {ir.StringAttr(f.sym_name).value for f in functions(module_op)}
+        made = False
+        for fn in functions(module_op):
+            name = ir.StringAttr(fn.sym_name).value
+            if "llvm.emit_c_interface" not in fn.attributes or fn.is_external:
+                continue
+            if f"{name}_threaded" in names or f"{name}_workspace" in names or name.endswith(("_threaded", "_workspace")):
+                continue
+            made |= _thread(fn, name, self.min_bytes)
+        if made and BARRIER not in names:
+            with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
+                decl = func.FuncOp(BARRIER, ([index_type(), index_type()], []))
+                decl.attributes["sym_visibility"] = ir.StringAttr.get("private")
+
+
+class _Skip(Exception):
+    """This function gets no threaded entry."""
+
+
+def index_type():
+    return ir.IndexType.get()
+
+
+def _kind(op) -> str:
+    name = op.name
+    if name in _PURE or name.startswith(_PURE_DIALECTS) and not op.regions:
+        return "pure"
+    if name == "func.return":
+        return "return"
+    if name == "memref.alloc":
+        return "alloc"
+    if name in ("linalg.generic", "linalg.fill", "linalg.copy"):
+        return "split"
+    if name.startswith("linalg.") and not any(isinstance(r.type, ir.MemRefType) for r in op.results):
+        return "linalg"  # another structured op: thread 0, reading and writing its memref operands
+    return "other"
+
+
+def _thread(fn, name: str, min_bytes: int) -> bool:
+    """Add `<name>_threaded` and `<name>_workspace` beside `fn`; False if it cannot be taken."""
+    block = fn.regions[0].blocks[0]
+    if len(fn.regions[0].blocks) != 1:
+        return False
+    for op in block.operations:
+        if _kind(op) == "other" and len(op.results):
+            return False
+        if _kind(op) == "alloc" and not _identity(ir.MemRefType(op.results[0].type)):
+            return False
+    n_args = len(block.arguments)
+    clone = fn.operation.clone(ip=ir.InsertionPoint(fn.operation))
+    clone.move_after(fn.operation)
+    try:
+        with fn.location:
+            total = _rewrite(clone.opview, f"{name}_threaded", min_bytes)
+            _sizing(clone.opview, total, n_args, f"{name}_workspace")
+    except _Skip:
+        clone.erase()
+        return False
+    return True
+
+
+def _identity(t: ir.MemRefType) -> bool:
+    return isinstance(t.layout, ir.AffineMapAttr) and t.layout.value == ir.AffineMap.get_identity(t.rank)
+
+
+def _root(v: ir.Value) -> ir.Value:
+    """The buffer `v` views: a parameter or a temporary, through subviews, reshapes and casts."""
+    while isinstance(v, ir.OpResult) and v.owner.name in _VIEWS:
+        v = v.owner.operands[0]
+    return v
+
+
+def _accesses(op) -> list[tuple[ir.Value, str]]:
+    """(root, "r" / "rw") per memref operand; any op but these three may write all of them."""
+    out = []
+    if op.name == "linalg.generic":
+        g = op.opview
+        out += [(_root(v), "r") for v in g.inputs] + [(_root(v), "rw") for v in g.outputs]
+    elif op.name in ("linalg.fill", "linalg.copy"):
+        *ins, dst = op.operands
+        out += [(_root(v), "r") for v in ins if isinstance(v.type, ir.MemRefType)] + [(_root(dst), "rw")]
+    else:
+        out += [(_root(v), "rw") for v in op.operands if isinstance(v.type, ir.MemRefType)]
+    return out
+
+
+def _elem_bytes(t: ir.MemRefType) -> int:
+    width = t.element_type.width if hasattr(t.element_type, "width") else None
+    if width is None:
+        width = {"f32": 32, "f64": 64, "f16": 16, "bf16": 16}.get(str(t.element_type))
+    if width is None:
+        raise _Skip()
+    return max(1, width // 8)
+
+
+def _const(v: ir.Value):
+    """The integer `v` is when it is an arith.constant, else None."""
+    if isinstance(v, ir.OpResult) and v.owner.name == "arith.constant":
+        return ir.IntegerAttr(v.owner.attributes["value"]).value
+    return None
+
+
+def _mul(a: ir.Value, b: ir.Value) -> ir.Value:
+    ca, cb = _const(a), _const(b)
+    if ca is not None and cb is not None:
+        return index(ca * cb)
+    if ca == 1:
+        return b
+    if cb == 1:
+        return a
+    return arith.muli(a, b)
+
+
+def _dim(m: ir.Value, a: int) -> ir.Value:
+    n = ir.MemRefType(m.type).shape[a]
+    return index(n) if n != DYN else memref.dim(m, index(a))
+
+
+def _nbytes(m: ir.Value) -> ir.Value:
+    t = ir.MemRefType(m.type)
+    out = index(_elem_bytes(t))
+    for a in range(t.rank):
+        out = _mul(out, _dim(m, a))
+    return out
+
+
+def _rewrite(fn, new_name: str, min_bytes: int) -> ir.Value:
+    """Turn the clone `fn` into the threaded entry; returns the workspace bytes (an index value)."""
+    fn.attributes["sym_name"] = ir.StringAttr.get(new_name)
+    block = fn.regions[0].blocks[0]
+    loc = fn.location
+    tid = block.add_argument(index_type(), loc)
+    nthreads = block.add_argument(index_type(), loc)
+    ws = block.add_argument(ir.MemRefType.get([DYN], ir.IntegerType.get_signless(8)), loc)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    fn.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([*ftype.inputs, tid.type, nthreads.type, ws.type], ftype.results))
+    if "arg_attrs" in fn.attributes:
+        del fn.attributes["arg_attrs"]
+
+    ops = list(block.operations)
+    first = ops[0]
+    with ir.InsertionPoint(first), loc:
+        is_zero = arith.cmpi(arith.CmpIPredicate.eq, tid, index(0))
+        address = memref.extract_aligned_pointer_as_index(ws)
+    # temporaries: views of the workspace, in order, each on a cache line
+    offset = None
+    for op in ops:
+        if _kind(op) != "alloc":
+            continue
+        with ir.InsertionPoint(op), op.location:
+            at = index(HEADER_BYTES) if offset is None else offset
+            t = ir.MemRefType(op.results[0].type)
+            view = memref.view(t, ws, at, list(op.operands))
+            dyn = iter(op.operands)
+            nbytes = index(_elem_bytes(t))
+            for n in t.shape:
+                nbytes = _mul(nbytes, next(dyn) if n == DYN else index(n))
+            end = arith.addi(at, nbytes)
+            offset = arith.muli(arith.divui(arith.addi(end, index(ALIGN_BYTES - 1)), index(ALIGN_BYTES)),
+                                index(ALIGN_BYTES))
+        op.results[0].replace_all_uses_with(view)
+        op.erase()
+    if offset is None:
+        with ir.InsertionPoint(ops[0]), loc:
+            offset = index(HEADER_BYTES)
+
+    pending: dict = {}  # root -> [(owner, mode)] since the last barrier: owner "t0" or a split's number
+    fence = False  # an op of unknown effects ran since the last barrier
+
+    def barrier_if_needed(at, accesses, owner, force=False):
+        nonlocal pending, fence
+        conflict = force or fence or any(
+            o != owner and ("w" in mode or "w" in m2)
+            for root, mode in accesses for o, m2 in pending.get(root, ()))
+        if conflict and (pending or fence):
+            with ir.InsertionPoint(at), at.location:
+                func.call([], ir.FlatSymbolRefAttr.get(BARRIER), [address, nthreads])
+            pending, fence = {}, False
+        for root, mode in accesses:
+            pending.setdefault(root, []).append((owner, mode))
+
+    ops = list(block.operations)
+    split_id, i = 0, 0
+    while i < len(ops):
+        op = ops[i]
+        kind = _kind(op)
+        i += 1
+        if kind in ("pure", "return"):
+            continue
+        if kind == "other":
+            if op.regions and any(o.name == "memref.alloc" for o in _walk(op)):
+                raise _Skip()
+            barrier_if_needed(op, [], "t0", force=True)  # unknown effects: after everything before it
+            _on_thread_zero(op, is_zero)
+            fence = True  # and before everything after it
+            continue
+        # a fill of the next op's output goes with it
+        group = [op]
+        if op.name == "linalg.fill":
+            j = i
+            while j < len(ops) and _kind(ops[j]) == "pure":
+                j += 1
+            if j < len(ops) and ops[j].name == "linalg.generic" and op.operands[-1] in list(ops[j].opview.outputs):
+                group = [op, ops[j]]
+                i = j + 1
+        main = group[-1]
+        plan = _plan(main, min_bytes) if kind == "split" else None
+        accesses = [a for o in group for a in _accesses(o)]
+        if plan is None:
+            barrier_if_needed(group[0], accesses, "t0")
+            for o in group:
+                _on_thread_zero(o, is_zero)
+            continue
+        split_id += 1
+        barrier_if_needed(group[0], accesses, split_id)
+        for o in group[:-1]:
+            o.move_before(main)
+        with ir.InsertionPoint(group[0]), main.location:
+            _split(group, plan, tid, nthreads, min_bytes)
+    return offset
+
+
+def _walk(op):
+    for region in op.regions:
+        for b in region.blocks:
+            for o in b.operations:
+                yield o
+                yield from _walk(o)
+
+
+def _on_thread_zero(op, is_zero) -> None:
+    with ir.InsertionPoint(op), op.location:
+        branch = scf.IfOp(is_zero)
+        with ir.InsertionPoint(branch.then_block):
+            end = scf.YieldOp([])
+    op.move_before(end)
+
+
+def _operands_and_maps(op):
+    """(operand index, memref value, its indexing map) for a generic, fill or copy."""
+    if op.name == "linalg.generic":
+        maps = maps_of(op)
+        g = op.opview
+        values = [*g.inputs, *g.outputs]
+        first = len(op.operands) - len(values)
+        return [(first + k, v, m) for k, (v, m) in enumerate(zip(values, maps)) if isinstance(v.type, ir.MemRefType)]
+    out = []
+    for k, v in enumerate(op.operands):
+        if isinstance(v.type, ir.MemRefType):
+            out.append((k, v, ir.AffineMap.get_identity(ir.MemRefType(v.type).rank)))
+    return out
+
+
+def _loop_dims(op) -> tuple[int, list[str]]:
+    if op.name == "linalg.generic":
+        its = iterators_of(op)
+        return len(its), its
+    rank = ir.MemRefType(op.operands[-1].type).rank
+    return rank, ["parallel"] * rank
+
+
+def _plan(op, min_bytes: int):
+    """How to split `op`: (loop dim, [(operand index, value, result position or None)], extent source,
+    align, bytes known statically or None); None to run it on thread 0 alone."""
+    if op.name == "linalg.generic" and any(o.name == "linalg.index" for o in _walk(op)):
+        return None
+    n_loops, iterators = _loop_dims(op)
+    operands = _operands_and_maps(op)
+    outs = operands[-1:] if op.name != "linalg.generic" else operands[len(list(op.opview.inputs)):]
+    if not outs:
+        return None
+    candidates = []
+    for d in range(n_loops):
+        if iterators[d] != "parallel":
+            continue
+        where, ok = [], True
+        for k, v, m in operands:
+            exprs = [e.maybe_downcast() for e in m.results]
+            pos = [q for q, e in enumerate(exprs) if isinstance(e, ir.AffineDimExpr) and e.position == d]
+            uses = sum(str(e).count(f"d{d}") for e in exprs)  # d inside a compound expression cannot be cut
+            if uses != len(pos) or len(pos) > 1:
+                ok = False
+                break
+            where.append((k, v, pos[0] if pos else None))
+        if not ok or any(p is None for k, v, p in where if any(k == k2 for k2, _, _ in outs)):
+            continue
+        k0, v0, p0 = next(w for w in where if w[2] is not None)
+        extent = ir.MemRefType(v0.type).shape[p0]
+        if extent == 1:
+            continue
+        candidates.append((d, where, (v0, p0), extent))
+    if not candidates:
+        return None
+    big = [c for c in candidates if c[3] == DYN or c[3] >= 16]
+    d, where, source, extent = big[0] if big else max(candidates, key=lambda c: c[3])
+    _, out_value, _ = outs[0]
+    out_t = ir.MemRefType(out_value.type)
+    out_pos = next(p for k, v, p in where if k == outs[0][0])
+    align = max(1, ALIGN_BYTES // _elem_bytes(out_t)) if out_pos == out_t.rank - 1 else 1
+    shapes = [ir.MemRefType(v.type) for _, v, _ in operands]
+    static = None
+    if all(DYN not in t.shape for t in shapes):
+        static = sum(_elem_bytes(t) * _prod(t.shape) for t in shapes)
+        chunks = -(-extent // align)
+        if min(chunks, static // min_bytes) <= 1:
+            return None
+    return d, where, source, align, static, operands
+
+
+def _prod(shape) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
+
+
+def _split(group, plan, tid, nthreads, min_bytes: int) -> None:
+    """Emit this thread's bounds and subviews, and point the group's ops at them (at the insertion point)."""
+    d, where, (src, pos), align, static, operands = plan
+    main = group[-1]
+    extent = _dim(src, pos)
+    if static is not None:
+        nbytes = index(static)
+    else:
+        nbytes = index(0)
+        for _, v, _ in operands:
+            nbytes = arith.addi(nbytes, _nbytes(v))
+    chunks = arith.ceildivui(extent, index(align)) if align > 1 else extent
+    parts = arith.minui(arith.minui(chunks, arith.maxui(arith.divui(nbytes, index(min_bytes)), index(1))), nthreads)
+    lo = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, tid), parts), index(align)))
+    hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(tid, index(1))), parts),
+                                        index(align)))
+    size = arith.subi(hi, lo)
+    views = {}
+    for k, v, p in where:
+        if p is None:
+            continue
+        if v not in views:
+            views[v] = _subview(v, p, lo, size)
+        main.operands[k] = views[v]
+    for o in group[:-1]:  # the fill: its output is the main op's
+        o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
+
+
+def _subview(v: ir.Value, p: int, lo: ir.Value, size: ir.Value) -> ir.Value:
+    t = ir.MemRefType(v.type)
+    strides, _ = t.get_strides_and_offset()
+    shape = list(t.shape)
+    shape[p] = DYN
+    layout = ir.StridedLayoutAttr.get(DYN, strides)
+    result = ir.MemRefType.get(shape, t.element_type, layout, t.memory_space)
+    offsets = [0] * t.rank
+    sizes = [n if n != DYN else memref.dim(v, index(a)) for a, n in enumerate(t.shape)]
+    offsets[p], sizes[p] = lo, size
+    return memref.subview(v, offsets, sizes, [1] * t.rank, result_type=result)
+
+
+def _sizing(threaded, total: ir.Value, n_args: int, name: str) -> None:
+    """`name(args) -> index`: the workspace bytes, from the ops `total` depends on (no memory effects)."""
+    block = threaded.regions[0].blocks[0]
+    needed, stack = set(), [total]
+    while stack:
+        v = stack.pop()
+        if not isinstance(v, ir.OpResult):
+            if isinstance(v, ir.BlockArgument) and v.arg_number >= n_args:
+                raise _Skip()
+            continue
+        op = v.owner.operation if hasattr(v.owner, "operation") else v.owner
+        if op in needed:
+            continue
+        if _kind(op) != "pure" or op.name == "memref.view":
+            raise _Skip()
+        needed.add(op)
+        stack.extend(op.operands)
+    ftype = ir.FunctionType(ir.TypeAttr(threaded.attributes["function_type"]).value)
+    with ir.InsertionPoint(threaded.operation), threaded.location:
+        sizing = func.FuncOp(name, (list(ftype.inputs)[:n_args], [index_type()]))
+    sizing.operation.move_after(threaded.operation)
+    sizing.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+    entry = sizing.add_entry_block()
+    mapping = {block.arguments[a]: entry.arguments[a] for a in range(n_args)}
+    with ir.InsertionPoint(entry):
+        for op in block.operations:
+            if op.operation in needed:
+                new = op.operation.clone()
+                for k, v in enumerate(op.operands):
+                    new.operands[k] = mapping.get(v, v)
+                for old, fresh in zip(op.results, new.results):
+                    mapping[old] = fresh
+        if isinstance(total, ir.OpResult):
+            result = mapping[total]
+        else:
+            result = total
+        with threaded.location:
+            func.ReturnOp([result])
