@@ -32,7 +32,7 @@ void kina_barrier(intptr_t workspace, int64_t nthreads) {
         return;
     }
     for (unsigned tries = 0; __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) == generation; tries++) {
-        if (tries < (1u << 16)) {
+        if (tries < (1u << 12)) {
 #if defined(__x86_64__)
             __builtin_ia32_pause();
 #endif

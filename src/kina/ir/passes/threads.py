@@ -198,6 +198,19 @@ def _mul(a: ir.Value, b: ir.Value) -> ir.Value:
     return arith.muli(a, b)
 
 
+def _add(a: ir.Value, b: ir.Value) -> ir.Value:
+    ca, cb = _const(a), _const(b)
+    return index(ca + cb) if ca is not None and cb is not None else arith.addi(a, b)
+
+
+def _align(v: ir.Value) -> ir.Value:
+    """`v` rounded up to a multiple of ALIGN_BYTES."""
+    c = _const(v)
+    if c is not None:
+        return index(-(-c // ALIGN_BYTES) * ALIGN_BYTES)
+    return arith.muli(arith.ceildivui(v, index(ALIGN_BYTES)), index(ALIGN_BYTES))
+
+
 def _dim(m: ir.Value, a: int) -> ir.Value:
     n = ir.MemRefType(m.type).shape[a]
     return index(n) if n != DYN else memref.dim(m, index(a))
@@ -243,9 +256,7 @@ def _rewrite(fn, new_name: str, min_bytes: int) -> ir.Value:
             nbytes = index(_elem_bytes(t))
             for n in t.shape:
                 nbytes = _mul(nbytes, next(dyn) if n == DYN else index(n))
-            end = arith.addi(at, nbytes)
-            offset = arith.muli(arith.divui(arith.addi(end, index(ALIGN_BYTES - 1)), index(ALIGN_BYTES)),
-                                index(ALIGN_BYTES))
+            offset = _align(_add(at, nbytes))
         op.results[0].replace_all_uses_with(view)
         op.erase()
     if offset is None:
