@@ -1,37 +1,31 @@
 /* The runtime of a threaded entry (kina.ir.passes.threads), compiled into each .so
-   that has one: a barrier for the threads of one call.
+   that has one: the counters through which the threads of one call share its tasks.
 
-   The workspace every thread of a call is given starts with two counters, each on
-   its own cache line: `arrived` counts the threads at the barrier, `generation` the
-   barriers passed. A thread reads the generation, then counts itself in; the last one
-   in resets the count and advances the generation, which releases the others. The
-   caller zeroes both before the first call; a call that returns leaves `arrived` at 0.
-   Waiting threads spin (a pause per try), then yield the core, so that a thread whose
-   core was taken by another process still gets through. Only libc is needed. */
+   Each task of the entry has two counters in the call's workspace, each on its own
+   cache line: `claimed` hands out its parts (kina_claim returns 0, 1, 2, ...: a part
+   number below the task's count is the caller's to run, once), `done` counts the parts
+   finished (kina_done). A task that reads what an earlier one wrote first waits until
+   that one's `done` reaches its part count (kina_wait). No thread ever waits for
+   another to arrive, only for parts another has claimed to finish: a thread the system
+   has not scheduled yet claims nothing, and the running ones take its share. The
+   caller zeroes the counters before each call. Waiting spins (a pause per try), then
+   yields the core. Only libc is needed. */
 #include <sched.h>
 #include <stdint.h>
 
-typedef struct {
-    int64_t arrived;
-    char pad0[56];
-    int64_t generation;
-    char pad1[56];
-} kina_barrier_state;
+int64_t kina_claim(intptr_t claimed) {
+    return __atomic_fetch_add((int64_t *)claimed, 1, __ATOMIC_ACQ_REL);
+}
 
-void kina_barrier(intptr_t workspace, int64_t nthreads) {
-    if (nthreads <= 1)
-        return;
+void kina_done(intptr_t done) {
 #if defined(__x86_64__)
-    __builtin_ia32_sfence(); /* the non-temporal stores of this thread's part, before the others read them */
+    __builtin_ia32_sfence(); /* this part's non-temporal stores, before anyone reads them */
 #endif
-    kina_barrier_state *b = (kina_barrier_state *)workspace;
-    int64_t generation = __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE);
-    if (__atomic_add_fetch(&b->arrived, 1, __ATOMIC_ACQ_REL) == nthreads) {
-        __atomic_store_n(&b->arrived, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&b->generation, generation + 1, __ATOMIC_RELEASE);
-        return;
-    }
-    for (unsigned tries = 0; __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) == generation; tries++) {
+    __atomic_add_fetch((int64_t *)done, 1, __ATOMIC_RELEASE);
+}
+
+void kina_wait(intptr_t done, int64_t parts) {
+    for (unsigned tries = 0; __atomic_load_n((int64_t *)done, __ATOMIC_ACQUIRE) < parts; tries++) {
         if (tries < (1u << 12)) {
 #if defined(__x86_64__)
             __builtin_ia32_pause();

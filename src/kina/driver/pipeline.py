@@ -227,8 +227,8 @@ def _stage_so(b: Build) -> None:
         obj.write_bytes(b.obj)
     so = b.workdir / f"{Path(b.filename).stem or 'module'}.so"
     symbols = _symbols(b.module)
-    # a threaded entry calls kina_barrier, from the small C runtime beside this file
-    runtime = [str(THREADS_C), "-fPIC", "-O2"] if "kina_barrier" in symbols else []
+    # a threaded entry calls kina_claim, kina_done and kina_wait, from the small C runtime beside this file
+    runtime = [str(THREADS_C), "-fPIC", "-O2"] if "kina_claim" in symbols else []
     toolchain.run("cc", ["-shared", "-o", str(so), str(obj), *runtime, "-lm"])
     sidecar = {
         "format": "kina-sidecar-1",

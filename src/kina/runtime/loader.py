@@ -494,9 +494,9 @@ THREADED_MIN_BYTES = 1 << 20
 
 
 class Workspace:
-    """The memory the threads of one threaded call share: 128 bytes of barrier state
-    (zeroed once; every call leaves it ready for the next), then the temporaries. It
-    grows, never shrinks; calls that may run at once need workspaces of their own."""
+    """The memory the threads of one threaded call share: the counters of its tasks, then
+    its temporaries; zeroed before each call (the counters must start at 0). It grows,
+    never shrinks; calls that may run at once need workspaces of their own."""
 
     def __init__(self):
         self._buffer, self._words, self.capacity = None, array.array("q", [0] * 5), 0
@@ -508,6 +508,8 @@ class Workspace:
             self._buffer = zeros(self.capacity, np.uint8)
             p = data_pointer(self._buffer)
             self._words[:] = array.array("q", [p, p, 0, self.capacity, 1])
+        else:
+            ctypes.memset(self._words[1], 0, nbytes)
         return self._words.buffer_info()[0]
 
 

@@ -59,9 +59,9 @@ from ..irbuild import DYN, index
 from ._pass import KinaPass, option
 from ._util import functions, iterators_of, maps_of
 
-HEADER_BYTES = 128  # the barrier's two counters, each on its own cache line (kina_threads.c)
 ALIGN_BYTES = 64  # each temporary starts on a cache line, as memref.alloc's alignment gave it
-BARRIER = "kina_barrier"
+CLAIM, DONE, WAIT = "kina_claim", "kina_done", "kina_wait"  # kina_threads.c
+PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
 
 # ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
 _PURE = {"memref.dim", "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
@@ -94,10 +94,12 @@ class Threads(KinaPass):
             if f"{name}_threaded" in names or f"{name}_workspace" in names or name.endswith(("_threaded", "_workspace")):
                 continue
             made |= _thread(fn, name, self.min_bytes)
-        if made and BARRIER not in names:
+        if made:
             with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
-                decl = func.FuncOp(BARRIER, ([index_type(), index_type()], []))
-                decl.attributes["sym_visibility"] = ir.StringAttr.get("private")
+                for callee, params, results in ((CLAIM, 1, 1), (DONE, 1, 0), (WAIT, 2, 0)):
+                    if callee not in names:
+                        decl = func.FuncOp(callee, ([index_type()] * params, [index_type()] * results))
+                        decl.attributes["sym_visibility"] = ir.StringAttr.get("private")
 
 
 class _Skip(Exception):
@@ -238,85 +240,111 @@ def _rewrite(fn, new_name: str, min_bytes: int) -> ir.Value:
     if "arg_attrs" in fn.attributes:
         del fn.attributes["arg_attrs"]
 
+    tasks = _tasks(list(block.operations), min_bytes)
     ops = list(block.operations)
-    first = ops[0]
-    with ir.InsertionPoint(first), loc:
-        is_zero = arith.cmpi(arith.CmpIPredicate.eq, tid, index(0))
+    with ir.InsertionPoint(ops[0]), loc:
         address = memref.extract_aligned_pointer_as_index(ws)
-    # temporaries: views of the workspace, in order, each on a cache line
-    offset = None
+        offset = index(0)
+    # the tasks' counters first (claimed, done: a cache line each), then the temporaries:
+    # views of the workspace, in order, each on a cache line
     for op in ops:
         if _kind(op) != "alloc":
             continue
         with ir.InsertionPoint(op), op.location:
-            at = index(HEADER_BYTES) if offset is None else offset
+            at = _add(index(2 * ALIGN_BYTES * len(tasks)), offset)
             t = ir.MemRefType(op.results[0].type)
             view = memref.view(t, ws, at, list(op.operands))
             dyn = iter(op.operands)
             nbytes = index(_elem_bytes(t))
             for n in t.shape:
                 nbytes = _mul(nbytes, next(dyn) if n == DYN else index(n))
-            offset = _align(_add(at, nbytes))
+            offset = _align(_add(offset, nbytes))
         op.results[0].replace_all_uses_with(view)
         op.erase()
-    if offset is None:
-        with ir.InsertionPoint(ops[0]), loc:
-            offset = index(HEADER_BYTES)
+    with ir.InsertionPoint(ops[-1]), loc:  # before the return
+        total = _add(index(2 * ALIGN_BYTES * len(tasks)), offset)
 
-    pending: dict = {}  # root -> [(owner, mode)] since the last barrier: owner "t0" or a split's number
-    fence = False  # an op of unknown effects ran since the last barrier
+    def counter(k: int, which: int) -> ir.Value:
+        return arith.addi(address, index(2 * ALIGN_BYTES * k + ALIGN_BYTES * which))
 
-    def barrier_if_needed(at, accesses, owner, force=False):
-        nonlocal pending, fence
-        conflict = force or fence or any(
-            o != owner and ("w" in mode or "w" in m2)
-            for root, mode in accesses for o, m2 in pending.get(root, ()))
-        if conflict and (pending or fence):
-            with ir.InsertionPoint(at), at.location:
-                func.call([], ir.FlatSymbolRefAttr.get(BARRIER), [address, nthreads])
-            pending, fence = {}, False
-        for root, mode in accesses:
-            pending.setdefault(root, []).append((owner, mode))
+    pending: list = []  # (task number, its parts, its accesses) not yet waited for
 
-    ops = list(block.operations)
-    split_id, i = 0, 0
+    def wait_for_conflicts(at, accesses, everything=False) -> None:
+        nonlocal pending
+        keep = []
+        with ir.InsertionPoint(at), at.location:
+            for k, parts, theirs in pending:
+                if everything or any(r2 is None for r2, _ in theirs) or any(
+                        r is not None and r2 is not None and r == r2 and ("w" in m or "w" in m2)
+                        for r, m in accesses for r2, m2 in theirs):
+                    func.call([], ir.FlatSymbolRefAttr.get(WAIT), [counter(k, 1), parts])
+                else:
+                    keep.append((k, parts, theirs))
+        pending = keep
+
+    for k, (kind, group) in enumerate(tasks):
+        first, main = group[0], group[-1]
+        accesses = [a for o in group for a in _accesses(o)] if kind != "fence" else [(None, "rw")]
+        wait_for_conflicts(first, accesses, everything=kind == "fence")
+        if kind == "split":
+            plan = _plan(main, min_bytes)
+            for o in group[:-1]:
+                o.move_before(main)
+            with ir.InsertionPoint(first), main.location:
+                parts = _split(group, plan, nthreads, min_bytes, counter(k, 0), counter(k, 1))
+        else:  # one part, run by the thread that claims it; the views between move before it
+            between = list(block.operations)
+            between = between[_index(between, first):_index(between, main)]
+            for o in between:
+                if _kind(o) == "pure":
+                    o.move_before(first)
+            with ir.InsertionPoint(first), first.location:
+                parts = index(1)
+                claimed = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [counter(k, 0)])
+                branch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, claimed, index(0)))
+                with ir.InsertionPoint(branch.then_block):
+                    end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [counter(k, 1)])
+                    scf.YieldOp([])
+            for o in group:
+                o.move_before(end_call.operation)
+        pending.append((k, parts, accesses))
+    return total
+
+
+def _index(ops, op) -> int:
+    return next(i for i, o in enumerate(ops) if o.operation == op.operation)
+
+
+def _tasks(ops, min_bytes: int) -> list[tuple[str, list]]:
+    """The function's ops with memory effects as tasks, in order: ("split", [fill?, op]) for an op
+    worth splitting (with the fill of its output), ("small", ops) for a run of ops too small to
+    split (one thread runs them all), ("fence", [op]) for an op of unknown effects."""
+    tasks, i = [], 0
     while i < len(ops):
-        op = ops[i]
-        kind = _kind(op)
+        op, kind = ops[i], _kind(ops[i])
         i += 1
-        if kind in ("pure", "return"):
+        if kind in ("pure", "return", "alloc"):
             continue
         if kind == "other":
             if op.regions and any(o.name == "memref.alloc" for o in _walk(op)):
                 raise _Skip()
-            barrier_if_needed(op, [], "t0", force=True)  # unknown effects: after everything before it
-            _on_thread_zero(op, is_zero)
-            fence = True  # and before everything after it
+            tasks.append(("fence", [op]))
             continue
-        # a fill of the next op's output goes with it
         group = [op]
-        if op.name == "linalg.fill":
+        if op.name == "linalg.fill":  # a fill of the next op's output goes with it
             j = i
-            while j < len(ops) and _kind(ops[j]) == "pure":
+            while j < len(ops) and _kind(ops[j]) in ("pure", "alloc"):
                 j += 1
             if j < len(ops) and ops[j].name == "linalg.generic" and op.operands[-1] in list(ops[j].opview.outputs):
                 group = [op, ops[j]]
                 i = j + 1
-        main = group[-1]
-        plan = _plan(main, min_bytes) if kind == "split" else None
-        accesses = [a for o in group for a in _accesses(o)]
-        if plan is None:
-            barrier_if_needed(group[0], accesses, "t0")
-            for o in group:
-                _on_thread_zero(o, is_zero)
-            continue
-        split_id += 1
-        barrier_if_needed(group[0], accesses, split_id)
-        for o in group[:-1]:
-            o.move_before(main)
-        with ir.InsertionPoint(group[0]), main.location:
-            _split(group, plan, tid, nthreads, min_bytes)
-    return offset
+        if kind == "split" and _plan(group[-1], min_bytes) is not None:
+            tasks.append(("split", group))
+        elif tasks and tasks[-1][0] == "small":
+            tasks[-1][1].extend(group)
+        else:
+            tasks.append(("small", group))
+    return tasks
 
 
 def _walk(op):
@@ -325,14 +353,6 @@ def _walk(op):
             for o in b.operations:
                 yield o
                 yield from _walk(o)
-
-
-def _on_thread_zero(op, is_zero) -> None:
-    with ir.InsertionPoint(op), op.location:
-        branch = scf.IfOp(is_zero)
-        with ir.InsertionPoint(branch.then_block):
-            end = scf.YieldOp([])
-    op.move_before(end)
 
 
 def _operands_and_maps(op):
@@ -413,8 +433,9 @@ def _prod(shape) -> int:
     return out
 
 
-def _split(group, plan, tid, nthreads, min_bytes: int) -> None:
-    """Emit this thread's bounds and subviews, and point the group's ops at them (at the insertion point)."""
+def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
+    """Emit the loop in which this thread claims parts of the group's range and runs the group on
+    each part's subviews; returns the number of parts."""
     d, where, (src, pos), align, static, operands = plan
     main = group[-1]
     extent = _dim(src, pos)
@@ -425,20 +446,34 @@ def _split(group, plan, tid, nthreads, min_bytes: int) -> None:
         for _, v, _ in operands:
             nbytes = arith.addi(nbytes, _nbytes(v))
     chunks = arith.ceildivui(extent, index(align)) if align > 1 else extent
-    parts = arith.minui(arith.minui(chunks, arith.maxui(arith.divui(nbytes, index(min_bytes)), index(1))), nthreads)
-    lo = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, tid), parts), index(align)))
-    hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(tid, index(1))), parts),
-                                        index(align)))
-    size = arith.subi(hi, lo)
-    views = {}
-    for k, v, p in where:
-        if p is None:
-            continue
-        if v not in views:
-            views[v] = _subview(v, p, lo, size)
-        main.operands[k] = views[v]
-    for o in group[:-1]:  # the fill: its output is the main op's
-        o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
+    most = arith.muli(nthreads, index(PARTS_PER_THREAD))
+    parts = arith.minui(arith.minui(chunks, arith.maxui(arith.divui(nbytes, index(min_bytes)), index(1))), most)
+    loop = scf.WhileOp([index_type()], [])
+    before = loop.before.blocks.append()
+    with ir.InsertionPoint(before):
+        c = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [claimed])
+        scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ult, c, parts), [c])
+    body = loop.after.blocks.append(index_type())
+    with ir.InsertionPoint(body):
+        c = body.arguments[0]
+        lo = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, c), parts), index(align)))
+        hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(c, index(1))), parts),
+                                            index(align)))
+        size = arith.subi(hi, lo)
+        views = {}
+        for k, v, p in where:
+            if p is None:
+                continue
+            if v not in views:
+                views[v] = _subview(v, p, lo, size)
+            main.operands[k] = views[v]
+        for o in group[:-1]:  # the fill: its output is the main op's
+            o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
+        end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [done])
+        scf.YieldOp([])
+    for o in group:
+        o.move_before(end_call.operation)
+    return parts
 
 
 def _subview(v: ir.Value, p: int, lo: ir.Value, size: ir.Value) -> ir.Value:
