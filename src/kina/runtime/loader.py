@@ -448,6 +448,11 @@ class Function:
         """The threaded entry on `threads` threads (this one and workers), each with its id,
         sharing `workspace`, grown first to the bytes this call's sizes need."""
         descriptor = workspace.fit(self._workspace_bytes(*pointers))
+        if len(pointers) <= TEAM_MAX_ARGS:
+            team = self._module.team(threads - 1)
+            args = (ctypes.c_void_p * len(pointers))(*pointers)
+            if team.run(ctypes.cast(self._threaded, ctypes.c_void_p), args, len(pointers), threads, descriptor):
+                return
         workers.run_concurrently(self._threaded, [[*pointers, t, threads, descriptor] for t in range(threads)])
 
     def _pointers(self, words: array.array) -> list[int]:
@@ -491,6 +496,7 @@ class Function:
 # to the workers costs more than the split saves); a prepared call with `threads` > 1
 # always runs on them.
 THREADED_MIN_BYTES = 1 << 20
+TEAM_MAX_ARGS = 48  # kina_threads.c's KINA_TEAM_MAX_ARGS: a function with more goes through workers
 
 
 class Workspace:
@@ -627,6 +633,7 @@ class Module:
 
     def __init__(self, path: Path, sidecar: dict):
         self.path, self.sidecar, self.closed = path, sidecar, False
+        self._teams: dict[int, workers.Team] = {}
         try:
             self._lib = ctypes.CDLL(str(path))
         except OSError as e:
@@ -663,9 +670,19 @@ class Module:
     def __dir__(self):
         return [*super().__dir__(), *self.functions]
 
+    def team(self, n: int) -> "workers.Team":
+        """The `n` worker threads that run threaded calls of this .so (made on first use)."""
+        team = self._teams.get(n)
+        if team is None or not team._threads:
+            team = self._teams[n] = workers.Team(self._lib, n)
+        return team
+
     def close(self) -> None:
         """Unload the .so; any later call raises ValueError instead of crashing."""
         if not self.closed:
+            for team in self._teams.values():  # their threads are in the .so's code
+                team.close()
+            self._teams.clear()
             self.closed = True
             handle, self._lib = self._lib._handle, None
             import _ctypes
