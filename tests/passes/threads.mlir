@@ -1,45 +1,71 @@
 // RUN: kinac opt %s --passes threads | FileCheck %s
 
-// Each exported function gains a threaded entry that every thread of a call runs:
-// a small op on thread 0 alone, a large one (here a 3.5 MiB matmul, with the fill of
-// its output) split by thread id along its output columns, whole 64-byte lines per
-// thread, a barrier wherever an op reads what another thread wrote; temporaries
-// become views of the shared workspace, whose size a companion function returns.
-// The original function is left as it was.
+// Each exported function gains a threaded entry that every thread of a call runs.
+// Its ops that touch memory are tasks: a small op is one part, run by whichever
+// thread claims it; a large one (here a 3.5 MiB matmul, with the fill of its output)
+// is cut along its output columns into parts of whole 64-byte lines, at most two per
+// thread, that threads claim until none is left. A task that reads what an earlier
+// one wrote first waits until that one's parts are done. Temporaries become views of
+// the shared workspace, after the tasks' counters (128 bytes per task); a companion
+// function returns the workspace's size. The original function is left as it was.
 
-// CHECK:       func.func private @kina_barrier(index, index)
+// CHECK-DAG:   func.func private @kina_claim(index) -> index
+// CHECK-DAG:   func.func private @kina_done(index)
+// CHECK-DAG:   func.func private @kina_wait(index, index)
 // CHECK-LABEL: func.func @kina_f(
 // CHECK:         memref.alloc()
-// CHECK-NOT:     kina_barrier
+// CHECK-NOT:     kina_
 // CHECK:         return
 
 // CHECK-LABEL: func.func @kina_f_threaded(
 // CHECK-SAME:    %[[TID:[^:]+]]: index, %[[N:[^:]+]]: index, %[[WS:[^:]+]]: memref<?xi8>) attributes {llvm.emit_c_interface}
-// CHECK:         %[[ZERO:.+]] = arith.cmpi eq, %[[TID]], %{{.+}} : index
 // CHECK:         %[[ADDR:.+]] = memref.extract_aligned_pointer_as_index %[[WS]]
 // CHECK-NOT:     memref.alloc
 // CHECK:         %[[T:.+]] = memref.view %[[WS]][%{{.+}}][] : memref<?xi8> to memref<1x1x576xf32>
-// CHECK:         scf.if %[[ZERO]] {
-// CHECK-NEXT:      linalg.generic {{.*}} outs(%[[T]] : memref<1x1x576xf32>)
-// CHECK:         call @kina_barrier(%[[ADDR]], %[[N]])
-// CHECK:         %[[PARTS:.+]] = arith.minui %{{.+}}, %[[N]] : index
-// CHECK:         %[[LO:.+]] = arith.minui %{{.+}}, %{{.+}} : index
-// CHECK:         %[[HI:.+]] = arith.minui %{{.+}}, %{{.+}} : index
-// CHECK:         %[[SIZE:.+]] = arith.subi %[[HI]], %[[LO]] : index
-// CHECK:         %[[W:.+]] = memref.subview %{{.+}}[0, %[[LO]]] [576, %[[SIZE]]] [1, 1]
-// CHECK:         %[[O:.+]] = memref.subview %{{.+}}[0, 0, %[[LO]]] [1, 1, %[[SIZE]]] [1, 1, 1]
-// CHECK-NEXT:    linalg.fill ins(%{{.+}} : f32) outs(%[[O]] : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>)
-// CHECK-NEXT:    linalg.generic {{.*}} ins(%[[T]], %[[W]] : {{.*}}) outs(%[[O]] :
-// CHECK:         call @kina_barrier(%[[ADDR]], %[[N]])
-// CHECK-NEXT:    scf.if %[[ZERO]] {
-// CHECK-NEXT:      linalg.generic
-// CHECK-NOT:     kina_barrier
+
+// task 0, the small op: one part
+// CHECK:         %[[C0:.+]] = call @kina_claim(%{{.+}}) : (index) -> index
+// CHECK:         %[[MINE:.+]] = arith.cmpi eq, %[[C0]], %{{.+}} : index
+// CHECK-NEXT:    scf.if %[[MINE]] {
+// CHECK:           linalg.generic {{.*}} outs(%[[T]] : memref<1x1x576xf32>)
+// CHECK:           func.call @kina_done(
+// CHECK-NEXT:    }
+// the matmul reads %t: wait for task 0's one part
+// CHECK:         call @kina_wait(%{{.+}}, %{{.+}}) : (index, index) -> ()
+
+// task 1, the matmul with its fill: parts claimed in a loop
+// CHECK:         %[[MOST:.+]] = arith.muli %[[N]], %{{.+}} : index
+// CHECK:         %[[PARTS:.+]] = arith.minui %{{.+}}, %[[MOST]] : index
+// CHECK:         scf.while : () -> index {
+// CHECK-NEXT:      %[[C:.+]] = func.call @kina_claim(%{{.+}}) : (index) -> index
+// CHECK-NEXT:      %[[MORE:.+]] = arith.cmpi ult, %[[C]], %[[PARTS]] : index
+// CHECK-NEXT:      scf.condition(%[[MORE]]) %[[C]] : index
+// CHECK-NEXT:    } do {
+// CHECK:           %[[LO:.+]] = arith.minui %{{.+}}, %{{.+}} : index
+// CHECK:           %[[HI:.+]] = arith.minui %{{.+}}, %{{.+}} : index
+// CHECK-NEXT:      %[[SIZE:.+]] = arith.subi %[[HI]], %[[LO]] : index
+// CHECK-NEXT:      %[[W:.+]] = memref.subview %{{.+}}[0, %[[LO]]] [576, %[[SIZE]]] [1, 1]
+// CHECK-NEXT:      %[[O:.+]] = memref.subview %{{.+}}[0, 0, %[[LO]]] [1, 1, %[[SIZE]]] [1, 1, 1]
+// CHECK-NEXT:      linalg.fill ins(%{{.+}} : f32) outs(%[[O]] : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>)
+// CHECK-NEXT:      linalg.generic {{.*}} ins(%[[T]], %[[W]] : {{.*}}) outs(%[[O]] :
+// CHECK:           func.call @kina_done(
+// CHECK-NEXT:      scf.yield
+// CHECK-NEXT:    }
+
+// task 2 reads and writes what task 1 wrote: wait for all its parts
+// CHECK:         call @kina_wait(%{{.+}}, %[[PARTS]]) : (index, index) -> ()
+// CHECK:         call @kina_claim(
+// CHECK:         scf.if
+// CHECK:           linalg.generic
+// CHECK-NOT:     kina_wait
 // CHECK:         return
 
+// three tasks' counters (384 bytes), then %t (2304 bytes)
 // CHECK-LABEL: func.func @kina_f_workspace(
 // CHECK-SAME:    -> index attributes {llvm.emit_c_interface}
-// CHECK-NEXT:    %[[BYTES:.+]] = arith.constant 2432 : index
+// CHECK-NEXT:    %[[BYTES:.+]] = arith.constant 2688 : index
 // CHECK-NEXT:    return %[[BYTES]] : index
+
 #id = affine_map<(i, j) -> (i, j)>
 #lhs = affine_map<(b, i, k, j) -> (b, i, k)>
 #rhs = affine_map<(b, i, k, j) -> (k, j)>

@@ -1,52 +1,65 @@
 """threads: give each exported function a threaded entry that every thread of a call runs.
 
-    func.func @kina_f(%x: memref<1x576xf32, ...>, %w: memref<576x1536xf32, ...>,
-                      %out0: memref<1x1536xf32, ...>) {
-      %t = memref.alloc() : memref<1x576xf32>
+    func.func @kina_f(%x: memref<1x1x576xf32, ...>, %w: memref<576x1536xf32, ...>,
+                      %out0: memref<1x1x1536xf32, ...>) {
+      %t = memref.alloc() : memref<1x1x576xf32>
       linalg.generic ... ins(%x) outs(%t)                    // small: 4.5 KiB
       linalg.fill ins(%zero) outs(%out0)
       linalg.generic {matmul} ins(%t, %w) outs(%out0)        // 3.5 MiB
     }
 gains, beside it (the original is kept as it is),
     func.func @kina_f_threaded(%x, %w, %out0, %tid: index, %nthreads: index, %ws: memref<?xi8>) {
-      %t = memref.view %ws[%c128][] : memref<?xi8> to memref<1x576xf32>
-      scf.if %tid == 0 { linalg.generic ... ins(%x) outs(%t) }
-      call @kina_barrier(%ws_address, %nthreads)              // %t was written by thread 0
-      %lo, %hi = this thread's columns: whole 64-byte lines, at most %nthreads parts
-      linalg.fill ins(%zero) outs(subview %out0[0, %lo] [1, %hi - %lo])
-      linalg.generic {matmul} ins(%t, subview %w[0, %lo] [576, %hi - %lo])
-                              outs(subview %out0[0, %lo] [1, %hi - %lo])
+      %t = memref.view %ws[%c256][] : memref<?xi8> to memref<1x1x576xf32>
+      scf.if (call @kina_claim(task 0) == 0) {               // one part: whoever claims it
+        linalg.generic ... ins(%x) outs(%t)
+        call @kina_done(task 0)
+      }
+      call @kina_wait(task 0, 1)                             // %t is read next
+      %parts = min(96 lines of 64 bytes, 3.5 MiB / min-bytes, 2 * %nthreads)
+      scf.while (%c = call @kina_claim(task 1)) < %parts {  // claim parts until none is left
+        %lo, %hi = part %c's columns: whole 64-byte lines
+        linalg.fill ins(%zero) outs(subview %out0[0, 0, %lo] [1, 1, %hi - %lo])
+        linalg.generic {matmul} ins(%t, subview %w[0, %lo] [576, %hi - %lo])
+                                outs(subview %out0[0, 0, %lo] [1, 1, %hi - %lo])
+        call @kina_done(task 1)
+      }
     }
-    func.func @kina_f_workspace(%x, %w, %out0) -> index    // bytes %ws must have: 128 + 2304
+    func.func @kina_f_workspace(%x, %w, %out0) -> index    // bytes %ws needs: 256 + 2304
 
-Every op at the top of the function is one of three kinds. A linalg.generic, fill or
-copy that moves at least `min-bytes` per part is split along one parallel loop that
-indexes every output (the outermost of at least 16, else the longest): each thread
-runs the op on its own range of that loop (a subview of every operand it indexes;
-the others whole), in up to `nthreads` parts, so no reduction is ever split. An
-op too small to split, and any other op that touches memory, runs on thread 0
-alone. Ops without memory effects (index arithmetic, views) run on every thread.
-A fill that initialises the output of the next op is split with it, on the same
-subview. Before an op that reads or writes a buffer that another part wrote (or
-read, for a write) since the last barrier, a barrier (`kina_barrier`, a spin
-barrier in kina_threads.c, linked into the .so) makes every thread wait for the
-others. Buffers are told apart by their root (a parameter, or a temporary),
-following views; distinct parameters do not overlap (the runtime's rule).
+The function's ops that touch memory become tasks, in order. A linalg.generic, fill
+or copy that moves at least `min-bytes` per part is split along one parallel loop
+that indexes every output (the outermost of at least 16, else the longest), with
+the fill of its output if one comes just before: a part is a range of that loop
+(a subview of every operand it indexes; the others whole), so no reduction is ever
+split, and a task has at most 2 parts per thread. A run of ops too small to split,
+or other structured ops, is one task of one part; an op of unknown effects is one
+too, after every task before it and before every task after. Ops without memory
+effects (index arithmetic, views) run on every thread. Any thread may run any part:
+each claims the next part of a task (`kina_claim`, an atomic counter in the
+workspace), runs it, counts it done (`kina_done`) and claims again until none is
+left. Before a task that reads a buffer an earlier task wrote, or writes one it read
+or wrote, every thread waits until that task's parts are all done (`kina_wait`).
+Nothing waits for a thread to arrive, so a thread the system has not scheduled yet
+takes no part and delays no one (kina_threads.c, linked into the .so, has the three
+functions). Buffers are told apart by their root (a parameter, or a temporary,
+through views); distinct parameters do not overlap (the runtime's rule).
 Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
-workspace `%ws` (128 bytes of barrier state, then every temporary at a 64-byte
-boundary, none reused), whose size `kina_<f>_workspace` computes from the same
-arguments; the caller allocates it zeroed and aligned and passes it to every thread.
+workspace `%ws` (two counters per task, each on its own cache line, then every
+temporary at a 64-byte boundary, none reused), whose size `kina_<f>_workspace`
+computes from the same arguments; the caller zeroes it before each call and passes
+it to every thread.
 
-Guarantees: each output element is computed by exactly one thread, by the same op
+Guarantees: each output element is computed by exactly one part, by the same op
 over the same reduction range as the original, so any thread count (and the
 original function) gives the same bits. A function this pass cannot take (an
-allocation inside a region, an op with memory effects that has results, a name
-taken) gets no threaded entry; the runtime then calls the original on one thread.
+allocation inside a region, an op with memory effects that has results, a size it
+cannot compute from the arguments, a name taken) gets no threaded entry; the
+runtime then calls the original on one thread.
 
 In:  after bufferization and copies-to-linalg, before the loop passes (matmul-loops,
 sum-loops), which then lower the split ops on their subviews.
-Out: the same module, plus `<f>_threaded`, `<f>_workspace` per function and the
-declaration of `kina_barrier(ws address, nthreads)`.
+Out: the same module, plus `<f>_threaded` and `<f>_workspace` per function and the
+declarations of `kina_claim`, `kina_done` and `kina_wait`.
 """
 from __future__ import annotations
 
@@ -77,10 +90,10 @@ def _positive(n: int) -> bool:
 @dataclass(frozen=True)
 class Threads(KinaPass):
     name = "threads"
-    summary = ("a threaded entry per function: each op's output range split by thread id, barriers between "
-               "dependent ops, temporaries in one shared workspace; the same bits for any thread count")
+    summary = ("a threaded entry per function: each op's output range in parts that threads claim, waits only "
+               "on the tasks read, temporaries in one shared workspace; the same bits for any thread count")
     optimisation = True
-    min_bytes: int = option(65536, "bytes an op must move per part to be split (smaller ones run on thread 0)",
+    min_bytes: int = option(65536, "bytes an op must move per part to be split (smaller ones are one part)",
                             check=_positive, expected="an integer >= 1")
 
     def run(self, module_op) -> None:
