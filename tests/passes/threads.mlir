@@ -33,20 +33,18 @@
 // the matmul reads %t: wait for task 0's one part
 // CHECK:         call @kina_wait(%{{.+}}, %{{.+}}) : (index, index) -> ()
 
-// task 1, the matmul with its fill: parts claimed in a loop
-// CHECK:         %[[MOST:.+]] = arith.muli %[[N]], %{{.+}} : index
-// CHECK:         %[[PARTS:.+]] = arith.minui %{{.+}}, %[[MOST]] : index
+// task 1, the matmul with its fill: 4 parts (the `parts` option) of 384 columns,
+// claimed in a loop until none is left
 // CHECK:         scf.while : () -> index {
 // CHECK-NEXT:      %[[C:.+]] = func.call @kina_claim(%{{.+}}) : (index) -> index
-// CHECK-NEXT:      %[[MORE:.+]] = arith.cmpi ult, %[[C]], %[[PARTS]] : index
+// CHECK-NEXT:      %[[MORE:.+]] = arith.cmpi ult, %[[C]], %[[PARTS:.+]] : index
 // CHECK-NEXT:      scf.condition(%[[MORE]]) %[[C]] : index
 // CHECK-NEXT:    } do {
-// CHECK:           %[[LO:.+]] = arith.minui %{{.+}}, %{{.+}} : index
-// CHECK:           %[[HI:.+]] = arith.minui %{{.+}}, %{{.+}} : index
-// CHECK-NEXT:      %[[SIZE:.+]] = arith.subi %[[HI]], %[[LO]] : index
-// CHECK-NEXT:      %[[W:.+]] = memref.subview %{{.+}}[0, %[[LO]]] [576, %[[SIZE]]] [1, 1]
-// CHECK-NEXT:      %[[O:.+]] = memref.subview %{{.+}}[0, 0, %[[LO]]] [1, 1, %[[SIZE]]] [1, 1, 1]
-// CHECK-NEXT:      linalg.fill ins(%{{.+}} : f32) outs(%[[O]] : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>)
+// CHECK-NEXT:    ^bb0(%[[P:.+]]: index):
+// CHECK:           %[[LO:.+]] = arith.muli %[[P]], %{{.+}} : index
+// CHECK-NEXT:      %[[W:.+]] = memref.subview %{{.+}}[0, %[[LO]]] [576, 384] [1, 1]
+// CHECK-NEXT:      %[[O:.+]] = memref.subview %{{.+}}[0, 0, %[[LO]]] [1, 1, 384] [1, 1, 1]
+// CHECK-NEXT:      linalg.fill ins(%{{.+}} : f32) outs(%[[O]] : memref<1x1x384xf32, strided<[?, ?, 1], offset: ?>>)
 // CHECK-NEXT:      linalg.generic {{.*}} ins(%[[T]], %[[W]] : {{.*}}) outs(%[[O]] :
 // CHECK:           func.call @kina_done(
 // CHECK-NEXT:      scf.yield
@@ -65,6 +63,21 @@
 // CHECK-SAME:    -> index attributes {llvm.emit_c_interface}
 // CHECK-NEXT:    %[[BYTES:.+]] = arith.constant 2688 : index
 // CHECK-NEXT:    return %[[BYTES]] : index
+
+// With a symbolic width the parts are sized at run time: at most 2 per thread, each
+// of whole 64-byte lines, none under `min-bytes`.
+// CHECK-LABEL: func.func @kina_g_threaded(
+// CHECK-SAME:    %[[N:[^:]+]]: index, %[[WS:[^:]+]]: memref<?xi8>)
+// CHECK:         %[[MOST:.+]] = arith.muli %[[N]], %{{.+}} : index
+// CHECK:         %[[PARTS:.+]] = arith.minui %{{.+}}, %[[MOST]] : index
+// CHECK:         scf.while
+// CHECK:           arith.cmpi ult, %{{.+}}, %[[PARTS]] : index
+// CHECK:         } do {
+// CHECK:           %[[LO:.+]] = arith.minui %{{.+}}, %{{.+}} : index
+// CHECK:           %[[HI:.+]] = arith.minui %{{.+}}, %{{.+}} : index
+// CHECK-NEXT:      %[[SIZE:.+]] = arith.subi %[[HI]], %[[LO]] : index
+// CHECK:           memref.subview %{{.+}}[0, %[[LO]]] [576, %[[SIZE]]] [1, 1]
+// CHECK:         call @kina_wait(%{{.+}}, %[[PARTS]])
 
 #id = affine_map<(i, j) -> (i, j)>
 #lhs = affine_map<(b, i, k, j) -> (b, i, k)>
@@ -91,5 +104,18 @@ func.func @kina_f(%x: memref<1x1x576xf32, strided<[?, ?, 1], offset: ?>>, %w: me
     %n = arith.negf %in : f32
     linalg.yield %n : f32
   }
+  return
+}
+
+func.func @kina_g(%x: memref<1x1x576xf32>, %w: memref<576x?xf32, strided<[?, 1], offset: ?>>, %out0: memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>, %t: memref<1x1x?xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%x, %w : memref<1x1x576xf32>, memref<576x?xf32, strided<[?, 1], offset: ?>>) outs(%out0 : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.copy ins(%out0 : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>) outs(%t : memref<1x1x?xf32>)
   return
 }

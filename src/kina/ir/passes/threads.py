@@ -95,6 +95,9 @@ class Threads(KinaPass):
     optimisation = True
     min_bytes: int = option(65536, "bytes an op must move per part to be split (smaller ones are one part)",
                             check=_positive, expected="an integer >= 1")
+    parts: int = option(4, "the most parts an op of static sizes is cut into (equal ones where its size allows)",
+                        check=_positive, expected="an integer >= 1")
+    symbolic: bool = option(True, "split ops with symbolic sizes too (in up to 2 parts per thread, sized at run time)")
 
     def run(self, module_op) -> None:
         body = module_op.regions[0].blocks[0]
@@ -106,7 +109,7 @@ class Threads(KinaPass):
                 continue
             if f"{name}_threaded" in names or f"{name}_workspace" in names or name.endswith(("_threaded", "_workspace")):
                 continue
-            made |= _thread(fn, name, self.min_bytes)
+            made |= _thread(fn, name, self)
         if made:
             with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
                 for callee, params, results in ((CLAIM, 1, 1), (DONE, 1, 0), (WAIT, 2, 0)):
@@ -138,7 +141,7 @@ def _kind(op) -> str:
     return "other"
 
 
-def _thread(fn, name: str, min_bytes: int) -> bool:
+def _thread(fn, name: str, opts: "Threads") -> bool:
     """Add `<name>_threaded` and `<name>_workspace` beside `fn`; False if it cannot be taken."""
     block = fn.regions[0].blocks[0]
     if len(fn.regions[0].blocks) != 1:
@@ -153,7 +156,7 @@ def _thread(fn, name: str, min_bytes: int) -> bool:
     clone.move_after(fn.operation)
     try:
         with fn.location:
-            total = _rewrite(clone.opview, f"{name}_threaded", min_bytes)
+            total = _rewrite(clone.opview, f"{name}_threaded", opts)
             _sizing(clone.opview, total, n_args, f"{name}_workspace")
     except _Skip:
         clone.erase()
@@ -239,7 +242,7 @@ def _nbytes(m: ir.Value) -> ir.Value:
     return out
 
 
-def _rewrite(fn, new_name: str, min_bytes: int) -> ir.Value:
+def _rewrite(fn, new_name: str, opts: "Threads") -> ir.Value:
     """Turn the clone `fn` into the threaded entry; returns the workspace bytes (an index value)."""
     fn.attributes["sym_name"] = ir.StringAttr.get(new_name)
     block = fn.regions[0].blocks[0]
@@ -253,7 +256,7 @@ def _rewrite(fn, new_name: str, min_bytes: int) -> ir.Value:
     if "arg_attrs" in fn.attributes:
         del fn.attributes["arg_attrs"]
 
-    tasks = _tasks(list(block.operations), min_bytes)
+    tasks = _tasks(list(block.operations), opts)
     ops = list(block.operations)
     with ir.InsertionPoint(ops[0]), loc:
         address = memref.extract_aligned_pointer_as_index(ws)
@@ -300,11 +303,11 @@ def _rewrite(fn, new_name: str, min_bytes: int) -> ir.Value:
         accesses = [a for o in group for a in _accesses(o)] if kind != "fence" else [(None, "rw")]
         wait_for_conflicts(first, accesses, everything=kind == "fence")
         if kind == "split":
-            plan = _plan(main, min_bytes)
+            plan = _plan(main, opts)
             for o in group[:-1]:
                 o.move_before(main)
             with ir.InsertionPoint(first), main.location:
-                parts = _split(group, plan, nthreads, min_bytes, counter(k, 0), counter(k, 1))
+                parts = _split(group, plan, nthreads, opts.min_bytes, counter(k, 0), counter(k, 1))
         else:  # one part, run by the thread that claims it; the views between move before it
             between = list(block.operations)
             between = between[_index(between, first):_index(between, main)]
@@ -328,7 +331,7 @@ def _index(ops, op) -> int:
     return next(i for i, o in enumerate(ops) if o.operation == op.operation)
 
 
-def _tasks(ops, min_bytes: int) -> list[tuple[str, list]]:
+def _tasks(ops, opts: "Threads") -> list[tuple[str, list]]:
     """The function's ops with memory effects as tasks, in order: ("split", [fill?, op]) for an op
     worth splitting (with the fill of its output), ("small", ops) for a run of ops too small to
     split (one thread runs them all), ("fence", [op]) for an op of unknown effects."""
@@ -351,7 +354,7 @@ def _tasks(ops, min_bytes: int) -> list[tuple[str, list]]:
             if j < len(ops) and ops[j].name == "linalg.generic" and op.operands[-1] in list(ops[j].opview.outputs):
                 group = [op, ops[j]]
                 i = j + 1
-        if kind == "split" and _plan(group[-1], min_bytes) is not None:
+        if kind == "split" and _plan(group[-1], opts) is not None:
             tasks.append(("split", group))
         elif tasks and tasks[-1][0] == "small":
             tasks[-1][1].extend(group)
@@ -391,7 +394,7 @@ def _loop_dims(op) -> tuple[int, list[str]]:
     return rank, ["parallel"] * rank
 
 
-def _plan(op, min_bytes: int):
+def _plan(op, opts: "Threads"):
     """How to split `op`: (loop dim, [(operand index, value, result position or None)], extent source,
     align, bytes known statically or None); None to run it on thread 0 alone."""
     if op.name == "linalg.generic" and any(o.name == "linalg.index" for o in _walk(op)):
@@ -430,13 +433,21 @@ def _plan(op, min_bytes: int):
     out_pos = next(p for k, v, p in where if k == outs[0][0])
     align = max(1, ALIGN_BYTES // _elem_bytes(out_t)) if out_pos == out_t.rank - 1 else 1
     shapes = [ir.MemRefType(v.type) for _, v, _ in operands]
-    static = None
+    static = width = None
     if all(DYN not in t.shape for t in shapes):
         static = sum(_elem_bytes(t) * _prod(t.shape) for t in shapes)
         chunks = -(-extent // align)
-        if min(chunks, static // min_bytes) <= 1:
+        most = min(chunks, static // opts.min_bytes, opts.parts)
+        if most <= 1:
             return None
-    return d, where, source, align, static, operands
+        # equal parts of a static width where they exist (the loop passes then see static sizes)
+        if extent % align == 0:
+            parts = next((n for n in range(most, 1, -1) if chunks % n == 0), 0)
+            if parts:
+                width = extent // parts
+    elif not opts.symbolic:
+        return None
+    return d, where, source, align, static, operands, width
 
 
 def _prod(shape) -> int:
@@ -449,9 +460,11 @@ def _prod(shape) -> int:
 def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
     """Emit the loop in which this thread claims parts of the group's range and runs the group on
     each part's subviews; returns the number of parts."""
-    d, where, (src, pos), align, static, operands = plan
+    d, where, (src, pos), align, static, operands, width = plan
     main = group[-1]
     extent = _dim(src, pos)
+    if width is not None:
+        return _split_static(group, where, extent, width, claimed, done)
     if static is not None:
         nbytes = index(static)
     else:
@@ -489,11 +502,40 @@ def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Va
     return parts
 
 
-def _subview(v: ir.Value, p: int, lo: ir.Value, size: ir.Value) -> ir.Value:
+def _split_static(group, where, extent, width: int, claimed, done) -> ir.Value:
+    """`_split` for a static extent in equal parts `width` long: part c is [c * width, (c + 1) * width)."""
+    parts = index(_const(extent) // width)
+    main = group[-1]
+    loop = scf.WhileOp([index_type()], [])
+    before = loop.before.blocks.append()
+    with ir.InsertionPoint(before):
+        c = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [claimed])
+        scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ult, c, parts), [c])
+    body = loop.after.blocks.append(index_type())
+    with ir.InsertionPoint(body):
+        lo = arith.muli(body.arguments[0], index(width))
+        views = {}
+        for k, v, p in where:
+            if p is None:
+                continue
+            if v not in views:
+                views[v] = _subview(v, p, lo, width)
+            main.operands[k] = views[v]
+        for o in group[:-1]:
+            o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
+        end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [done])
+        scf.YieldOp([])
+    for o in group:
+        o.move_before(end_call.operation)
+    return parts
+
+
+def _subview(v: ir.Value, p: int, lo: ir.Value, size) -> ir.Value:
+    """`v` along dim `p` from `lo`, `size` long (an int: a static size)."""
     t = ir.MemRefType(v.type)
     strides, _ = t.get_strides_and_offset()
     shape = list(t.shape)
-    shape[p] = DYN
+    shape[p] = size if isinstance(size, int) else DYN
     layout = ir.StridedLayoutAttr.get(DYN, strides)
     result = ir.MemRefType.get(shape, t.element_type, layout, t.memory_space)
     offsets = [0] * t.rank
