@@ -47,7 +47,9 @@ Guarantees:
     one position longer, into the other of two buffers (`StoryCache`); only the
     n_kv_heads heads are stored (`bytes_per_token`). Prefilling P tokens then decoding
     gives what token-by-token decoding gives. A decode step is one prepared ctypes
-    call per layer, plus the head.
+    call per layer, plus the head, each on `threads` threads (default
+    `runtime.default_threads()`, read per token) through its threaded entry (the
+    threads pass), with the same bits on any number of threads.
   - A weights mapping or file must hold exactly the documented tensors, each of its
     shape and of the model's dtype; anything else is a ValueError (TypeError for a
     dtype) naming the tensor. Bad sizes and token ids are errors naming the parameter.
