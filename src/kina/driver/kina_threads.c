@@ -41,8 +41,8 @@ void kina_wait(intptr_t done, int64_t parts) {
    Each worker spends its life in kina_team_work (called once, from its own thread, with
    the GIL released): it spins until the caller posts a call (a new `generation`), joins
    it, runs its share (the threaded entry, with its thread number), counts itself out,
-   and spins again; after about a millisecond without a call it checks every 100 us
-   only, and it returns when `stop` is set. The caller posts with kina_team_run, runs
+   and spins again; after about a millisecond without a call it naps between checks,
+   50 us, then twice as long each time up to 2 ms, and it returns when `stop` is set. The caller posts with kina_team_run, runs
    part 0 itself, then closes the call to late joiners and waits only for the workers
    that joined: a worker the system has not scheduled in time misses the call and
    touches nothing of it (the threaded entry's parts go to whoever claims them), so no
@@ -129,14 +129,16 @@ void kina_team_work(kina_team *t, int64_t tid) {
     int64_t seen = __atomic_load_n(&t->generation, __ATOMIC_ACQUIRE);
     for (;;) {
         int64_t now;
+        long nap = 50000; /* ns: after the spin, naps that double up to 2 ms while no call comes */
         for (unsigned tries = 0; (now = __atomic_load_n(&t->generation, __ATOMIC_ACQUIRE)) == seen; tries++) {
             if (tries < (1u << 14)) {
 #if defined(__x86_64__)
                 __builtin_ia32_pause();
 #endif
             } else {
-                struct timespec pause = {0, 100000};
+                struct timespec pause = {0, nap};
                 nanosleep(&pause, 0);
+                nap = nap < 2000000 ? 2 * nap : nap;
             }
         }
         seen = now;
