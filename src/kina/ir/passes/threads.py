@@ -26,6 +26,9 @@ gains, beside it (the original is kept as it is),
     }
     func.func @kina_f_workspace(%x, %w, %out0) -> index    // bytes %ws needs: 256 + 2304
 
+(`%tid` is the thread's number, 0 for the caller; the entry does not read it, since
+any thread may claim any part, but a runtime may.)
+
 The function's ops that touch memory become tasks, in order. A linalg.generic, fill
 or copy that moves at least `min-bytes` per part is split along one parallel loop
 that indexes every output (the outermost of at least 16, else the longest), with
