@@ -172,15 +172,7 @@ void kina_team_run(kina_team *t, void *fn, void **args, int64_t nargs, int64_t n
     __atomic_store_n(&t->generation, g, __ATOMIC_RELEASE);
     kina_call(fn, args, nargs, 0, nthreads, ws);
     int64_t in = __atomic_fetch_or(&t->joined, KINA_TEAM_CLOSED, __ATOMIC_ACQ_REL) & 0xffffffffLL;
-    for (unsigned tries = 0; __atomic_load_n(&t->finished, __ATOMIC_ACQUIRE) < in; tries++) {
-        if (tries < (1u << 12)) {
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
-        } else {
-            sched_yield();
-        }
-    }
+    kina_wait((intptr_t)&t->finished, in);
 }
 
 void kina_team_stop(kina_team *t) {

@@ -69,7 +69,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, memref, scf
+from mlir.dialects import arith, func, memref, scf
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
@@ -462,9 +462,10 @@ def _prod(shape) -> int:
 
 def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
     """Emit the loop in which this thread claims parts of the group's range and runs the group on
-    each part's subviews; returns the number of parts."""
+    each part's subviews (at the insertion point); returns the number of parts. Parts of a
+    symbolic extent: up to PARTS_PER_THREAD per thread of whole `align` chunks, none under
+    `min_bytes`."""
     d, where, (src, pos), align, static, operands, width = plan
-    main = group[-1]
     extent = _dim(src, pos)
     if width is not None:
         return _split_static(group, where, extent, width, claimed, done)
@@ -477,6 +478,28 @@ def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Va
     chunks = arith.ceildivui(extent, index(align)) if align > 1 else extent
     most = arith.muli(nthreads, index(PARTS_PER_THREAD))
     parts = arith.minui(arith.minui(chunks, arith.maxui(arith.divui(nbytes, index(min_bytes)), index(1))), most)
+
+    def bounds(c):
+        lo = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, c), parts), index(align)))
+        hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(c, index(1))), parts),
+                                            index(align)))
+        return lo, arith.subi(hi, lo)
+    _claim_parts(group, where, parts, bounds, claimed, done)
+    return parts
+
+
+def _split_static(group, where, extent, width: int, claimed, done) -> ir.Value:
+    """`_split` for a static extent in equal parts `width` long: part c is [c * width, (c + 1) * width)."""
+    parts = index(_const(extent) // width)
+    _claim_parts(group, where, parts, lambda c: (arith.muli(c, index(width)), width), claimed, done)
+    return parts
+
+
+def _claim_parts(group, where, parts: ir.Value, bounds, claimed: ir.Value, done: ir.Value) -> None:
+    """The loop in which a thread claims the next part of the group until none is left:
+    `bounds(c)` gives part c's start and size (an index value, or an int when static);
+    each operand `where` marks is its subview there; the part is counted done after."""
+    main = group[-1]
     loop = scf.WhileOp([index_type()], [])
     before = loop.before.blocks.append()
     with ir.InsertionPoint(before):
@@ -484,11 +507,7 @@ def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Va
         scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ult, c, parts), [c])
     body = loop.after.blocks.append(index_type())
     with ir.InsertionPoint(body):
-        c = body.arguments[0]
-        lo = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, c), parts), index(align)))
-        hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(c, index(1))), parts),
-                                            index(align)))
-        size = arith.subi(hi, lo)
+        lo, size = bounds(body.arguments[0])
         views = {}
         for k, v, p in where:
             if p is None:
@@ -502,35 +521,6 @@ def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Va
         scf.YieldOp([])
     for o in group:
         o.move_before(end_call.operation)
-    return parts
-
-
-def _split_static(group, where, extent, width: int, claimed, done) -> ir.Value:
-    """`_split` for a static extent in equal parts `width` long: part c is [c * width, (c + 1) * width)."""
-    parts = index(_const(extent) // width)
-    main = group[-1]
-    loop = scf.WhileOp([index_type()], [])
-    before = loop.before.blocks.append()
-    with ir.InsertionPoint(before):
-        c = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [claimed])
-        scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ult, c, parts), [c])
-    body = loop.after.blocks.append(index_type())
-    with ir.InsertionPoint(body):
-        lo = arith.muli(body.arguments[0], index(width))
-        views = {}
-        for k, v, p in where:
-            if p is None:
-                continue
-            if v not in views:
-                views[v] = _subview(v, p, lo, width)
-            main.operands[k] = views[v]
-        for o in group[:-1]:
-            o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
-        end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [done])
-        scf.YieldOp([])
-    for o in group:
-        o.move_before(end_call.operation)
-    return parts
 
 
 def _subview(v: ir.Value, p: int, lo: ir.Value, size) -> ir.Value:
