@@ -17,7 +17,6 @@ import time
 
 import numpy as np
 
-from kina import runtime
 from kina.models import StoryLM
 
 from bench_threads import SHAPES
