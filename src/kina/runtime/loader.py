@@ -634,6 +634,7 @@ class Module:
     def __init__(self, path: Path, sidecar: dict):
         self.path, self.sidecar, self.closed = path, sidecar, False
         self._teams: dict[int, workers.Team] = {}
+        self._teams_lock = threading.Lock()
         try:
             self._lib = ctypes.CDLL(str(path))
         except OSError as e:
@@ -672,17 +673,19 @@ class Module:
 
     def team(self, n: int) -> "workers.Team":
         """The `n` worker threads that run threaded calls of this .so (made on first use)."""
-        team = self._teams.get(n)
-        if team is None or not team._threads:
-            team = self._teams[n] = workers.Team(self._lib, n)
-        return team
+        with self._teams_lock:
+            team = self._teams.get(n)
+            if team is None or not team._threads:
+                team = self._teams[n] = workers.Team(self._lib, n)
+            return team
 
     def close(self) -> None:
         """Unload the .so; any later call raises ValueError instead of crashing."""
         if not self.closed:
-            for team in self._teams.values():  # their threads are in the .so's code
-                team.close()
-            self._teams.clear()
+            with self._teams_lock:
+                for team in self._teams.values():  # their threads are in the .so's code
+                    team.close()
+                self._teams.clear()
             self.closed = True
             handle, self._lib = self._lib._handle, None
             import _ctypes
