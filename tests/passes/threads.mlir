@@ -119,3 +119,12 @@ func.func @kina_g(%x: memref<1x1x576xf32>, %w: memref<576x?xf32, strided<[?, 1],
   linalg.copy ins(%out0 : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>) outs(%t : memref<1x1x?xf32>)
   return
 }
+
+// An op with no elements is one part, not split (a subview of a dim of size 0 would not verify).
+// CHECK-LABEL: func.func @kina_empty_threaded(
+// CHECK-NOT:     memref.subview
+// CHECK:         return
+func.func @kina_empty(%x: memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>, %out0: memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>) attributes {llvm.emit_c_interface} {
+  linalg.copy ins(%x : memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>) outs(%out0 : memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>)
+  return
+}

@@ -404,6 +404,8 @@ def _plan(op, opts: "Threads"):
         return None
     n_loops, iterators = _loop_dims(op)
     operands = _operands_and_maps(op)
+    if any(0 in ir.MemRefType(v.type).shape for _, v, _ in operands):
+        return None  # no elements (and a subview at offset 0 of a dim of size 0 does not verify)
     outs = operands[-1:] if op.name != "linalg.generic" else operands[len(list(op.opview.inputs)):]
     if not outs:
         return None
