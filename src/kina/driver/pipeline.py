@@ -227,7 +227,10 @@ def _stage_so(b: Build) -> None:
     if not obj.exists():
         obj.write_bytes(b.obj)
     so = b.workdir / f"{Path(b.filename).stem or 'module'}.so"
-    toolchain.run("cc", ["-shared", "-o", str(so), str(obj), "-lm"])
+    symbols = _symbols(b.module)
+    # a threaded entry calls kina_claim, kina_done and kina_wait, from the small C runtime beside this file
+    runtime = [str(THREADS_C), "-fPIC", "-O2"] if "kina_claim" in symbols else []
+    toolchain.run("cc", ["-shared", "-o", str(so), str(obj), *runtime, "-lm"])
     sidecar = {
         "format": "kina-sidecar-1",
         "kina_version": __version__,
@@ -237,10 +240,24 @@ def _stage_so(b: Build) -> None:
         "cpu_flags": cpu.target_flags(b.options.cpu),
         "so_size": so.stat().st_size,
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
-        "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn)} for fn in b.program.functions],
+        "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn),
+                       "threaded": f"_mlir_ciface_kina_{fn.name}_threaded" in symbols}
+                      for fn in b.program.functions],
     }
     so.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     b.so_path = so
+
+
+THREADS_C = Path(__file__).with_name("kina_threads.c")
+
+
+def _symbols(module) -> set[str]:
+    """The names of the symbols at the top of `module` (functions, in any dialect)."""
+    from mlir import ir
+    if module is None:
+        return set()
+    return {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+            if "sym_name" in op.attributes}
 
 
 def _render(b: Build, stage: str) -> str | bytes:
@@ -383,7 +400,7 @@ def compiler_digest() -> str:
     """A hash of kinac's own code, so that editing the compiler never serves a stale build."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent  # the kina package
-    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark")]):
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark"), *root.rglob("*.c")]):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 

@@ -163,8 +163,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", default=[], help="stop when the text contains this (repeatable)")
     g.add_argument("--dtype", choices=_DTYPES, default="F32", help="compute in this dtype (default F32)")
     g.add_argument("--threads", type=int, default=None,
-                   help="KINA_NUM_THREADS for split kernel calls; each layer step is one call at batch 1, "
-                        "so decode runs on one thread whatever this says")
+                   help="KINA_NUM_THREADS: the threads each decode layer step and the head run on "
+                        "(the threads pass; default the cores)")
     g.add_argument("--allow-nonfinite", action="store_true",
                    help="load weights that hold NaN or infinity (refused by default, naming the tensor)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")

@@ -47,7 +47,9 @@ Guarantees:
     one position longer, into the other of two buffers (`StoryCache`); only the
     n_kv_heads heads are stored (`bytes_per_token`). Prefilling P tokens then decoding
     gives what token-by-token decoding gives. A decode step is one prepared ctypes
-    call per layer, plus the head.
+    call per layer, plus the head, each on `threads` threads (default
+    `runtime.default_threads()`, read per token) through its threaded entry (the
+    threads pass), with the same bits on any number of threads.
   - A weights mapping or file must hold exactly the documented tensors, each of its
     shape and of the model's dtype; anything else is a ValueError (TypeError for a
     dtype) naming the tensor. Bad sizes and token ids are errors naming the parameter.
@@ -277,7 +279,9 @@ class StoryLM(Decoder):
                  eps: float = 1e-6, rope_theta: float = 10000.0, *, n_kv_heads: int | None = None,
                  head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False,
                  tie_embeddings: bool = False, rope_scaling: Mapping | None = None, allow_nonfinite: bool = False,
-                 _own_weights: bool = False):
+                 threads: int | None = None, _own_weights: bool = False):
+        # the threads of each layer step and of the head (None: runtime.default_threads() at each token)
+        self.threads = None if threads is None else count("threads", threads, 1)
         counts = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_dim=ffn_dim,
                       max_seq_len=max_seq_len)
         for name, value in counts.items():
@@ -367,7 +371,7 @@ class StoryLM(Decoder):
         # every argument is built by this class, of the shapes the program was compiled for
         if mask is None:
             self._kernels.decoder_step.call_unchecked(
-                [x, *self._layers[i], cos, sin, k_past, v_past, self._eps, self._scale], outs)
+                [x, *self._layers[i], cos, sin, k_past, v_past, self._eps, self._scale], outs, self._threads())
         else:
             self._kernels.decoder_prefill.call_unchecked(
                 [x, *self._layers[i], cos, sin, k_past, v_past, mask, self._eps, self._scale], outs)
@@ -375,8 +379,11 @@ class StoryLM(Decoder):
     def _logits(self, x) -> np.ndarray:
         """The logits [V] after the last position of x [1, P, D]."""
         out = runtime.empty((1, 1, self.vocab_size), self.dtype)
-        self._head_kernel.call_unchecked([x[:, -1:], self._norm, self._head, self._eps], [out])
+        self._head_kernel.call_unchecked([x[:, -1:], self._norm, self._head, self._eps], [out], self._threads())
         return out[0, 0]
+
+    def _threads(self) -> int:
+        return self.threads or runtime.default_threads()
 
     # -- the forward pass ----------------------------------------------------------
     def new_cache(self) -> StoryCache:
@@ -417,13 +424,15 @@ class StoryLM(Decoder):
         if cache._calls is None:
             cache._calls = self._prepare_calls(cache)
         steps, x, cos, sin, logits = cache._calls
-        S = cache.n_filled
+        S, threads = cache.n_filled, self._threads()
         x[0, 0] = self._embed[token]
         cos[0], sin[0] = self._cos[S], self._sin[S]
         for call in steps[cache._cur]:
             call.set_dim("S", S)  # k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
+            call.threads = threads  # each call all threads: the step's ops split between them
             call()
         cache._advance(1)
+        logits.threads = threads
         logits()
         return logits.out[0, 0].copy()
 

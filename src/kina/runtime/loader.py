@@ -37,6 +37,7 @@ import itertools
 import json
 import math
 import os
+import threading
 from pathlib import Path
 
 import ml_dtypes
@@ -342,15 +343,23 @@ class Function:
     axes (`kina.frontend.axes`: batch and heads, for attention): the kernel is called on
     parts along one of them, with bit-identical results for any thread count."""
 
-    def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0):
+    def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0, threaded=None):
         self._module, self.signature, self._cfunc = module, sig, cfunc
         self.independent_axes = independent_axes
+        # (entry, workspace sizing) of the threaded entry (kina.ir.passes.threads), or None
+        self.threaded = threaded is not None
+        self._threaded, self._workspace_bytes = threaded or (None, None)
+        self._workspaces = threading.local()  # one workspace per calling thread
         self.__name__ = sig.name
         self._plan = CheckPlan(sig)
         # every argument is a pointer to its memref descriptor, at a fixed offset in one buffer
         ranks = [t.rank for _, t in sig.params] + [t.rank for t in sig.results]
         self._offsets = list(itertools.accumulate((8 * (3 + 2 * r) for r in ranks), initial=0))[:len(ranks)]
         cfunc.restype, cfunc.argtypes = None, [ctypes.c_void_p] * len(ranks)
+        if threaded:
+            self._threaded.restype = None
+            self._threaded.argtypes = [ctypes.c_void_p] * len(ranks) + [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+            self._workspace_bytes.restype, self._workspace_bytes.argtypes = ctypes.c_int64, [ctypes.c_void_p] * len(ranks)
         self._result_dtypes = [numpy_dtype(t.dtype) for t in sig.results]
 
     def __repr__(self) -> str:
@@ -416,16 +425,36 @@ class Function:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
         parts = self._parts(arrays, outs, threads) if threads > 1 and self.independent_axes else None
         if parts is None:
+            if threads > 1 and self.threaded and \
+                    sum(a.nbytes for a in (*arrays, *outs)) >= THREADED_MIN_BYTES:
+                words = _descriptor_words((*arrays, *outs))
+                workspace = getattr(self._workspaces, "one", None)
+                if workspace is None:
+                    workspace = self._workspaces.one = Workspace()
+                return self._run_threaded(self._pointers(words), threads, workspace)
             return self._run(arrays, outs)
         # every part's descriptors are built here, so the workers run the kernel and nothing else
         words = [_descriptor_words((*a, *o)) for a, o, _ in parts]
         workers.run_concurrently(self._cfunc, [self._pointers(w) for w in words])
 
-    def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray], dims=()) -> "PreparedCall":
+    def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray], dims=(), threads: int = 1) -> "PreparedCall":
         """A call on fixed buffers whose descriptors are built once, whose `dims` (names
         of the signature's dims) `set_dims` may change (see PreparedCall). Unlike
-        `call_unchecked`, the buffers are checked, once, here, and bound every patch."""
-        return PreparedCall(self, arrays, outs, dims)
+        `call_unchecked`, the buffers are checked, once, here, and bound every patch.
+        With `threads` > 1 and a threaded entry, every call runs on that many threads
+        (whatever its size)."""
+        return PreparedCall(self, arrays, outs, dims, _check_threads(self.__name__, threads))
+
+    def _run_threaded(self, pointers: list[int], threads: int, workspace: "Workspace") -> None:
+        """The threaded entry on `threads` threads (this one and workers), each with its id,
+        sharing `workspace`, grown first to the bytes this call's sizes need."""
+        descriptor = workspace.fit(self._workspace_bytes(*pointers))
+        if len(pointers) <= TEAM_MAX_ARGS:
+            team = self._module.team(threads - 1)
+            args = (ctypes.c_void_p * len(pointers))(*pointers)
+            if team.run(ctypes.cast(self._threaded, ctypes.c_void_p), args, len(pointers), threads, descriptor):
+                return
+        workers.run_concurrently(self._threaded, [[*pointers, t, threads, descriptor] for t in range(threads)])
 
     def _pointers(self, words: array.array) -> list[int]:
         """The call's arguments: a pointer to each descriptor in `words`."""
@@ -462,6 +491,33 @@ class Function:
             return [([part(a, lo, hi) for a in arrays], [part(o, lo, hi) for o in outs],
                      (slice(None),) * axis + (slice(lo, hi),)) for lo, hi in zip(bounds, bounds[1:])]
         return None
+
+
+# A call of a threaded function moving less than this runs on one thread (the hand-over
+# to the workers costs more than the split saves); a prepared call with `threads` > 1
+# always runs on them.
+THREADED_MIN_BYTES = 1 << 20
+TEAM_MAX_ARGS = 48  # kina_threads.c's KINA_TEAM_MAX_ARGS: a function with more goes through workers
+
+
+class Workspace:
+    """The memory the threads of one threaded call share: the counters of its tasks, then
+    its temporaries; zeroed before each call (the counters must start at 0). It grows,
+    never shrinks; calls that may run at once need workspaces of their own."""
+
+    def __init__(self):
+        self._buffer, self._words, self.capacity = None, array.array("q", [0] * 5), 0
+
+    def fit(self, nbytes: int) -> int:
+        """A pointer to the memref<?xi8> descriptor of at least `nbytes` bytes."""
+        if nbytes > self.capacity:
+            self.capacity = max(int(nbytes), 2 * self.capacity)
+            self._buffer = zeros(self.capacity, np.uint8)
+            p = data_pointer(self._buffer)
+            self._words[:] = array.array("q", [p, p, 0, self.capacity, 1])
+        else:
+            ctypes.memset(self._words[1], 0, nbytes)
+        return self._words.buffer_info()[0]
 
 
 def call_concurrently(calls: list["PreparedCall"]) -> None:
@@ -512,8 +568,10 @@ class PreparedCall:
     Where each one lives in the descriptors is worked out here too, so that a patch
     costs a table look-up, a comparison and a store."""
 
-    def __init__(self, fn: Function, arrays: list[np.ndarray], outs: list[np.ndarray], dims=()):
+    def __init__(self, fn: Function, arrays: list[np.ndarray], outs: list[np.ndarray], dims=(), threads: int = 1):
         self._fn = fn
+        self.threads = threads  # > 1: the threaded entry on that many threads, if the function has one
+        self._workspace = Workspace()
         sig, starts = fn.signature, [offset // 8 for offset in fn._offsets]
         types = [*(t for _, t in sig.params), *sig.results]
         names = [*(n for n, _ in sig.params), *(f"out{i}" for i in range(len(sig.results)))]
@@ -687,7 +745,10 @@ class PreparedCall:
             raise ValueError(f"{self._fn.__name__}(): the module {self._fn._module.path.name} is closed")
         if self._stale:
             self._check()
-        self._fn._cfunc(*self._pointers)
+        if self.threads > 1 and self._fn.threaded:
+            self._fn._run_threaded(self._pointers, self.threads, self._workspace)
+        else:
+            self._fn._cfunc(*self._pointers)
 
 
 class Module:
@@ -695,6 +756,8 @@ class Module:
 
     def __init__(self, path: Path, sidecar: dict):
         self.path, self.sidecar, self.closed = path, sidecar, False
+        self._teams: dict[int, workers.Team] = {}
+        self._teams_lock = threading.Lock()
         try:
             self._lib = ctypes.CDLL(str(path))
         except OSError as e:
@@ -707,7 +770,15 @@ class Module:
             except AttributeError:
                 raise LoadError(f"{path}: sidecar lists function '{sig.name}' but the .so has no "
                                 f"_mlir_ciface_kina_{sig.name}") from None
-            self.functions[sig.name] = Function(self, sig, cfunc, obj.get("independent_axes", 0))
+            threaded = None
+            if obj.get("threaded"):
+                try:
+                    threaded = (getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_threaded"),
+                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_workspace"))
+                except AttributeError:
+                    raise LoadError(f"{path}: sidecar says function '{sig.name}' is threaded but the .so has no "
+                                    f"threaded entry for it") from None
+            self.functions[sig.name] = Function(self, sig, cfunc, obj.get("independent_axes", 0), threaded)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ", ".join(self.functions)
@@ -723,9 +794,21 @@ class Module:
     def __dir__(self):
         return [*super().__dir__(), *self.functions]
 
+    def team(self, n: int) -> "workers.Team":
+        """The `n` worker threads that run threaded calls of this .so (made on first use)."""
+        with self._teams_lock:
+            team = self._teams.get(n)
+            if team is None or not team._threads:
+                team = self._teams[n] = workers.Team(self._lib, n)
+            return team
+
     def close(self) -> None:
         """Unload the .so; any later call raises ValueError instead of crashing."""
         if not self.closed:
+            with self._teams_lock:
+                for team in self._teams.values():  # their threads are in the .so's code
+                    team.close()
+                self._teams.clear()
             self.closed = True
             handle, self._lib = self._lib._handle, None
             import _ctypes

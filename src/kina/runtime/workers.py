@@ -181,3 +181,80 @@ def run_concurrently(cfunc, calls: list[list]) -> None:
             raise interrupt  # chained to an exception of the caller's own part, if there is one
     if part_error is not None:
         raise part_error
+
+
+class Team:
+    """`workers` threads that stay in the C runtime of a threaded .so (kina_threads.c's
+    kina_team_work, the GIL released) between calls, spinning for about a millisecond
+    after each call and then napping (50 us, doubling up to 2 ms), so that handing them a call
+    costs a store, not waking a core (the `_Worker` hand-over: ~100 us). A worker that
+    is not running when a call comes misses it: the caller never waits for one to wake,
+    only for those that joined to finish (see kina_threads.c). Each is bound
+    to a core; for a call the caller is bound off their cores, then given its own
+    binding back. One call at a time (`run` returns False when another is running);
+    `close()` stops and joins them, and must come before the .so is unloaded."""
+
+    def __init__(self, lib, workers: int):
+        self._lib, self.workers = lib, workers
+        self._state = ctypes.create_string_buffer(256)  # a kina_team, zeroed
+        self._busy = threading.Lock()
+        lib.kina_team_run.restype = lib.kina_team_stop.restype = lib.kina_team_work.restype = None
+        lib.kina_team_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        lib.kina_team_work.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        lib.kina_team_stop.argtypes = [ctypes.c_void_p]
+        allowed = sorted(cpus() or [])
+        here = _sched_getcpu() if _sched_getcpu is not None else None
+        others = [c for c in allowed if c != here] or allowed
+        self._cpus = [others[i % len(others)] if len(allowed) > 1 else None for i in range(workers)]
+        self._threads = [threading.Thread(target=self._work, args=(tid + 1, cpu), name=f"kina-team-{cpu}",
+                                          daemon=True) for tid, cpu in enumerate(self._cpus)]
+        for t in self._threads:
+            t.start()
+        _teams.add(self)
+
+    def _work(self, tid: int, cpu: int | None) -> None:
+        if cpu is not None:
+            _set_cpus({cpu})
+        self._lib.kina_team_work(self._state, tid)
+
+    def run(self, fn, args, nargs: int, nthreads: int, workspace: int) -> bool:
+        """fn(args..., tid, nthreads, workspace) on this thread (tid 0) and every worker
+        (tid 1, 2, ...; those >= nthreads return at once); False, having run nothing, when
+        another call holds the team."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        mine = keep = None
+        try:
+            mine = cpus()
+            keep = mine - set(self._cpus) if mine else None
+            if keep and keep != mine:
+                _set_cpus(keep)
+            self._lib.kina_team_run(self._state, fn, args, nargs, nthreads, workspace)
+        finally:
+            if keep and keep != mine:
+                _set_cpus(mine)
+            self._busy.release()
+        return True
+
+    def close(self) -> None:
+        if self._threads:
+            with self._busy:
+                self._lib.kina_team_stop(self._state)
+                for t in self._threads:
+                    t.join()
+            self._threads = []
+        _teams.discard(self)
+
+
+_teams: set = set()
+
+
+def _forget_teams() -> None:  # in a forked child the teams' threads do not exist
+    for team in list(_teams):
+        team._threads = []
+    _teams.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_teams)

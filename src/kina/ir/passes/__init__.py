@@ -31,6 +31,7 @@ from .fuse_concat_matmul import FuseConcatMatmul
 from .matmul_loops import MatmulLoops
 from .reuse_dying_operands import ReuseDyingOperands
 from .sum_loops import SumLoops
+from .threads import Threads
 
 Pass = KinaPass | UpstreamPass
 
@@ -41,6 +42,7 @@ PASSES: tuple[Pass, ...] = (
     UpstreamPass("bufferize", "one-shot bufferization: tensors to memrefs, in place where it can",
                  "eliminate-empty-tensors,one-shot-bufferize"),
     CopiesToLinalg(),
+    Threads(),
     MatmulLoops(),
     SumLoops(),
     ExpToArith(),

@@ -1,0 +1,579 @@
+"""threads: give each exported function a threaded entry that every thread of a call runs.
+
+    func.func @kina_f(%x: memref<1x1x576xf32, ...>, %w: memref<576x1536xf32, ...>,
+                      %out0: memref<1x1x1536xf32, ...>) {
+      %t = memref.alloc() : memref<1x1x576xf32>
+      linalg.generic ... ins(%x) outs(%t)                    // small: 4.5 KiB
+      linalg.fill ins(%zero) outs(%out0)
+      linalg.generic {matmul} ins(%t, %w) outs(%out0)        // 3.5 MiB
+    }
+gains, beside it (the original is kept as it is),
+    func.func @kina_f_threaded(%x, %w, %out0, %tid: index, %nthreads: index, %ws: memref<?xi8>) {
+      %t = memref.view %ws[%c256][] : memref<?xi8> to memref<1x1x576xf32>
+      scf.if (call @kina_claim(task 0) == 0) {               // one part: whoever claims it
+        linalg.generic ... ins(%x) outs(%t)
+        call @kina_done(task 0)
+      }
+      call @kina_wait(task 0, 1)                             // %t is read next
+      %parts = min(96 lines of 64 bytes, 3.5 MiB / min-bytes, 2 * %nthreads)
+      scf.while (%c = call @kina_claim(task 1)) < %parts {  // claim parts until none is left
+        %lo, %hi = part %c's columns: whole 64-byte lines
+        linalg.fill ins(%zero) outs(subview %out0[0, 0, %lo] [1, 1, %hi - %lo])
+        linalg.generic {matmul} ins(%t, subview %w[0, %lo] [576, %hi - %lo])
+                                outs(subview %out0[0, 0, %lo] [1, 1, %hi - %lo])
+        call @kina_done(task 1)
+      }
+    }
+    func.func @kina_f_workspace(%x, %w, %out0) -> index    // bytes %ws needs: 256 + 2304
+
+(`%tid` is the thread's number, 0 for the caller; the entry does not read it, since
+any thread may claim any part, but a runtime may.)
+
+The function's ops that touch memory become tasks, in order. A linalg.generic, fill
+or copy that moves at least `min-bytes` per part is split along one parallel loop
+that indexes every output (the outermost of at least 16, else the longest), with
+the fill of its output if one comes just before: a part is a range of that loop
+(a subview of every operand it indexes; the others whole), so no reduction is ever
+split, and a task has at most 2 parts per thread. A run of ops too small to split,
+or other structured ops, is one task of one part; an op of unknown effects is one
+too, after every task before it and before every task after. Ops without memory
+effects (index arithmetic, views) run on every thread. Any thread may run any part:
+each claims the next part of a task (`kina_claim`, an atomic counter in the
+workspace), runs it, counts it done (`kina_done`) and claims again until none is
+left. Before a task that reads a buffer an earlier task wrote, or writes one it read
+or wrote, every thread waits until that task's parts are all done (`kina_wait`).
+Nothing waits for a thread to arrive, so a thread the system has not scheduled yet
+takes no part and delays no one (kina_threads.c, linked into the .so, has the three
+functions). Buffers are told apart by their root (a parameter, or a temporary,
+through views); distinct parameters do not overlap (the runtime's rule).
+Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
+workspace `%ws` (two counters per task, each on its own cache line, then every
+temporary at a 64-byte boundary, none reused), whose size `kina_<f>_workspace`
+computes from the same arguments; the caller zeroes it before each call and passes
+it to every thread.
+
+Guarantees: each output element is computed by exactly one part, by the same op
+over the same reduction range as the original, so any thread count (and the
+original function) gives the same bits. A function this pass cannot take (an
+allocation inside a region, an op with memory effects that has results, a size it
+cannot compute from the arguments, a name taken) gets no threaded entry; the
+runtime then calls the original on one thread.
+
+In:  after bufferization and copies-to-linalg, before the loop passes (matmul-loops,
+sum-loops), which then lower the split ops on their subviews.
+Out: the same module, plus `<f>_threaded` and `<f>_workspace` per function and the
+declarations of `kina_claim`, `kina_done` and `kina_wait`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, func, memref, scf
+
+from ..irbuild import DYN, index
+from ._pass import KinaPass, option
+from ._util import functions, iterators_of, maps_of
+
+ALIGN_BYTES = 64  # each temporary starts on a cache line, as memref.alloc's alignment gave it
+CLAIM, DONE, WAIT = "kina_claim", "kina_done", "kina_wait"  # kina_threads.c
+PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
+
+# ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
+_PURE = {"memref.dim", "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
+         "memref.reinterpret_cast", "memref.view", "memref.extract_aligned_pointer_as_index", "affine.apply"}
+_PURE_DIALECTS = ("arith.", "index.", "math.")
+_VIEWS = {"memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast"}
+
+
+def _positive(n: int) -> bool:
+    return n >= 1
+
+
+@dataclass(frozen=True)
+class Threads(KinaPass):
+    name = "threads"
+    summary = ("a threaded entry per function: each op's output range in parts that threads claim, waits only "
+               "on the tasks read, temporaries in one shared workspace; the same bits for any thread count")
+    optimisation = True
+    min_bytes: int = option(65536, "bytes an op must move per part to be split (smaller ones are one part)",
+                            check=_positive, expected="an integer >= 1")
+    parts: int = option(4, "the most parts an op of static sizes is cut into (equal ones where its size allows)",
+                        check=_positive, expected="an integer >= 1")
+    symbolic: bool = option(True, "split ops with symbolic sizes too (in up to 2 parts per thread, sized at run time)")
+
+    def run(self, module_op) -> None:
+        body = module_op.regions[0].blocks[0]
+        names = {ir.StringAttr(f.sym_name).value for f in functions(module_op)}
+        made = False
+        for fn in functions(module_op):
+            name = ir.StringAttr(fn.sym_name).value
+            if "llvm.emit_c_interface" not in fn.attributes or fn.is_external:
+                continue
+            if f"{name}_threaded" in names or f"{name}_workspace" in names or name.endswith(("_threaded", "_workspace")):
+                continue
+            made |= _thread(fn, name, self)
+        if made:
+            with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
+                for callee, params, results in ((CLAIM, 1, 1), (DONE, 1, 0), (WAIT, 2, 0)):
+                    if callee not in names:
+                        decl = func.FuncOp(callee, ([index_type()] * params, [index_type()] * results))
+                        decl.attributes["sym_visibility"] = ir.StringAttr.get("private")
+
+
+class _Skip(Exception):
+    """This function gets no threaded entry."""
+
+
+def index_type():
+    return ir.IndexType.get()
+
+
+def _kind(op) -> str:
+    name = op.name
+    if name in _PURE or name.startswith(_PURE_DIALECTS) and not op.regions:
+        return "pure"
+    if name == "func.return":
+        return "return"
+    if name == "memref.alloc":
+        return "alloc"
+    if name in ("linalg.generic", "linalg.fill", "linalg.copy"):
+        return "split"
+    if name.startswith("linalg.") and not any(isinstance(r.type, ir.MemRefType) for r in op.results):
+        return "linalg"  # another structured op: thread 0, reading and writing its memref operands
+    return "other"
+
+
+def _thread(fn, name: str, opts: "Threads") -> bool:
+    """Add `<name>_threaded` and `<name>_workspace` beside `fn`; False if it cannot be taken."""
+    block = fn.regions[0].blocks[0]
+    if len(fn.regions[0].blocks) != 1:
+        return False
+    for op in block.operations:
+        if _kind(op) == "other" and len(op.results):
+            return False
+        if _kind(op) == "alloc" and not _identity(ir.MemRefType(op.results[0].type)):
+            return False
+    n_args = len(block.arguments)
+    clone = fn.operation.clone(ip=ir.InsertionPoint(fn.operation))
+    clone.move_after(fn.operation)
+    try:
+        with fn.location:
+            total = _rewrite(clone.opview, f"{name}_threaded", opts)
+            _sizing(clone.opview, total, n_args, f"{name}_workspace")
+    except _Skip:
+        clone.erase()
+        return False
+    return True
+
+
+def _identity(t: ir.MemRefType) -> bool:
+    return isinstance(t.layout, ir.AffineMapAttr) and t.layout.value == ir.AffineMap.get_identity(t.rank)
+
+
+def _root(v: ir.Value) -> ir.Value:
+    """The buffer `v` views: a parameter or a temporary, through subviews, reshapes and casts."""
+    while isinstance(v, ir.OpResult) and v.owner.name in _VIEWS:
+        v = v.owner.operands[0]
+    return v
+
+
+def _accesses(op) -> list[tuple[ir.Value, str]]:
+    """(root, "r" / "rw") per memref operand; any op but these three may write all of them."""
+    out = []
+    if op.name == "linalg.generic":
+        g = op.opview
+        out += [(_root(v), "r") for v in g.inputs] + [(_root(v), "rw") for v in g.outputs]
+    elif op.name in ("linalg.fill", "linalg.copy"):
+        *ins, dst = op.operands
+        out += [(_root(v), "r") for v in ins if isinstance(v.type, ir.MemRefType)] + [(_root(dst), "rw")]
+    else:
+        out += [(_root(v), "rw") for v in op.operands if isinstance(v.type, ir.MemRefType)]
+    return out
+
+
+def _elem_bytes(t: ir.MemRefType) -> int:
+    width = t.element_type.width if hasattr(t.element_type, "width") else None
+    if width is None:
+        width = {"f32": 32, "f64": 64, "f16": 16, "bf16": 16}.get(str(t.element_type))
+    if width is None:
+        raise _Skip()
+    return max(1, width // 8)
+
+
+def _const(v: ir.Value):
+    """The integer `v` is when it is an arith.constant, else None."""
+    if isinstance(v, ir.OpResult) and v.owner.name == "arith.constant":
+        return ir.IntegerAttr(v.owner.attributes["value"]).value
+    return None
+
+
+def _mul(a: ir.Value, b: ir.Value) -> ir.Value:
+    ca, cb = _const(a), _const(b)
+    if ca is not None and cb is not None:
+        return index(ca * cb)
+    if ca == 1:
+        return b
+    if cb == 1:
+        return a
+    return arith.muli(a, b)
+
+
+def _add(a: ir.Value, b: ir.Value) -> ir.Value:
+    ca, cb = _const(a), _const(b)
+    return index(ca + cb) if ca is not None and cb is not None else arith.addi(a, b)
+
+
+def _align(v: ir.Value) -> ir.Value:
+    """`v` rounded up to a multiple of ALIGN_BYTES."""
+    c = _const(v)
+    if c is not None:
+        return index(-(-c // ALIGN_BYTES) * ALIGN_BYTES)
+    return arith.muli(arith.ceildivui(v, index(ALIGN_BYTES)), index(ALIGN_BYTES))
+
+
+def _dim(m: ir.Value, a: int) -> ir.Value:
+    n = ir.MemRefType(m.type).shape[a]
+    return index(n) if n != DYN else memref.dim(m, index(a))
+
+
+def _nbytes(m: ir.Value) -> ir.Value:
+    t = ir.MemRefType(m.type)
+    out = index(_elem_bytes(t))
+    for a in range(t.rank):
+        out = _mul(out, _dim(m, a))
+    return out
+
+
+def _rewrite(fn, new_name: str, opts: "Threads") -> ir.Value:
+    """Turn the clone `fn` into the threaded entry; returns the workspace bytes (an index value)."""
+    fn.attributes["sym_name"] = ir.StringAttr.get(new_name)
+    block = fn.regions[0].blocks[0]
+    loc = fn.location
+    tid = block.add_argument(index_type(), loc)
+    nthreads = block.add_argument(index_type(), loc)
+    ws = block.add_argument(ir.MemRefType.get([DYN], ir.IntegerType.get_signless(8)), loc)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    fn.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([*ftype.inputs, tid.type, nthreads.type, ws.type], ftype.results))
+    if "arg_attrs" in fn.attributes:
+        del fn.attributes["arg_attrs"]
+
+    tasks = _tasks(list(block.operations), opts)
+    ops = list(block.operations)
+    with ir.InsertionPoint(ops[0]), loc:
+        address = memref.extract_aligned_pointer_as_index(ws)
+        offset = index(0)
+    # the tasks' counters first (claimed, done: a cache line each), then the temporaries:
+    # views of the workspace, in order, each on a cache line
+    for op in ops:
+        if _kind(op) != "alloc":
+            continue
+        with ir.InsertionPoint(op), op.location:
+            at = _add(index(2 * ALIGN_BYTES * len(tasks)), offset)
+            t = ir.MemRefType(op.results[0].type)
+            view = memref.view(t, ws, at, list(op.operands))
+            dyn = iter(op.operands)
+            nbytes = index(_elem_bytes(t))
+            for n in t.shape:
+                nbytes = _mul(nbytes, next(dyn) if n == DYN else index(n))
+            offset = _align(_add(offset, nbytes))
+        op.results[0].replace_all_uses_with(view)
+        op.erase()
+    with ir.InsertionPoint(ops[-1]), loc:  # before the return
+        total = _add(index(2 * ALIGN_BYTES * len(tasks)), offset)
+
+    def counter(k: int, which: int) -> ir.Value:
+        return arith.addi(address, index(2 * ALIGN_BYTES * k + ALIGN_BYTES * which))
+
+    pending: list = []  # (task number, its parts, its accesses) not yet waited for
+
+    def wait_for_conflicts(at, accesses, everything=False) -> None:
+        nonlocal pending
+        keep = []
+        with ir.InsertionPoint(at), at.location:
+            for k, parts, theirs in pending:
+                if everything or any(r2 is None for r2, _ in theirs) or any(
+                        r is not None and r2 is not None and r == r2 and ("w" in m or "w" in m2)
+                        for r, m in accesses for r2, m2 in theirs):
+                    func.call([], ir.FlatSymbolRefAttr.get(WAIT), [counter(k, 1), parts])
+                else:
+                    keep.append((k, parts, theirs))
+        pending = keep
+
+    for k, (kind, group) in enumerate(tasks):
+        first, main = group[0], group[-1]
+        accesses = [a for o in group for a in _accesses(o)] if kind != "fence" else [(None, "rw")]
+        wait_for_conflicts(first, accesses, everything=kind == "fence")
+        if kind == "split":
+            plan = _plan(main, opts)
+            for o in group[:-1]:
+                o.move_before(main)
+            with ir.InsertionPoint(first), main.location:
+                parts = _split(group, plan, nthreads, opts.min_bytes, counter(k, 0), counter(k, 1))
+        else:  # one part, run by the thread that claims it; the views between move before it
+            between = list(block.operations)
+            between = between[_index(between, first):_index(between, main)]
+            for o in between:
+                if _kind(o) == "pure":
+                    o.move_before(first)
+            with ir.InsertionPoint(first), first.location:
+                parts = index(1)
+                claimed = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [counter(k, 0)])
+                branch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, claimed, index(0)))
+                with ir.InsertionPoint(branch.then_block):
+                    end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [counter(k, 1)])
+                    scf.YieldOp([])
+            for o in group:
+                o.move_before(end_call.operation)
+        pending.append((k, parts, accesses))
+    return total
+
+
+def _index(ops, op) -> int:
+    return next(i for i, o in enumerate(ops) if o.operation == op.operation)
+
+
+def _tasks(ops, opts: "Threads") -> list[tuple[str, list]]:
+    """The function's ops with memory effects as tasks, in order: ("split", [fill?, op]) for an op
+    worth splitting (with the fill of its output), ("small", ops) for a run of ops too small to
+    split (one thread runs them all), ("fence", [op]) for an op of unknown effects."""
+    tasks, i = [], 0
+    while i < len(ops):
+        op, kind = ops[i], _kind(ops[i])
+        i += 1
+        if kind in ("pure", "return", "alloc"):
+            continue
+        if kind == "other":
+            if op.regions and any(o.name == "memref.alloc" for o in _walk(op)):
+                raise _Skip()
+            tasks.append(("fence", [op]))
+            continue
+        group = [op]
+        if op.name == "linalg.fill":  # a fill of the next op's output goes with it
+            j = i
+            while j < len(ops) and _kind(ops[j]) in ("pure", "alloc"):
+                j += 1
+            if j < len(ops) and ops[j].name == "linalg.generic" and op.operands[-1] in list(ops[j].opview.outputs):
+                group = [op, ops[j]]
+                i = j + 1
+        if kind == "split" and _plan(group[-1], opts) is not None:
+            tasks.append(("split", group))
+        elif tasks and tasks[-1][0] == "small":
+            tasks[-1][1].extend(group)
+        else:
+            tasks.append(("small", group))
+    return tasks
+
+
+def _walk(op):
+    for region in op.regions:
+        for b in region.blocks:
+            for o in b.operations:
+                yield o
+                yield from _walk(o)
+
+
+def _operands_and_maps(op):
+    """(operand index, memref value, its indexing map) for a generic, fill or copy."""
+    if op.name == "linalg.generic":
+        maps = maps_of(op)
+        g = op.opview
+        values = [*g.inputs, *g.outputs]
+        first = len(op.operands) - len(values)
+        return [(first + k, v, m) for k, (v, m) in enumerate(zip(values, maps)) if isinstance(v.type, ir.MemRefType)]
+    out = []
+    for k, v in enumerate(op.operands):
+        if isinstance(v.type, ir.MemRefType):
+            out.append((k, v, ir.AffineMap.get_identity(ir.MemRefType(v.type).rank)))
+    return out
+
+
+def _loop_dims(op) -> tuple[int, list[str]]:
+    if op.name == "linalg.generic":
+        its = iterators_of(op)
+        return len(its), its
+    rank = ir.MemRefType(op.operands[-1].type).rank
+    return rank, ["parallel"] * rank
+
+
+def _plan(op, opts: "Threads"):
+    """How to split `op`: (loop dim, [(operand index, value, result position or None)], extent source,
+    align, bytes known statically or None); None to run it on thread 0 alone."""
+    if op.name == "linalg.generic" and any(o.name == "linalg.index" for o in _walk(op)):
+        return None
+    n_loops, iterators = _loop_dims(op)
+    operands = _operands_and_maps(op)
+    if any(0 in ir.MemRefType(v.type).shape for _, v, _ in operands):
+        return None  # no elements (and a subview at offset 0 of a dim of size 0 does not verify)
+    outs = operands[-1:] if op.name != "linalg.generic" else operands[len(list(op.opview.inputs)):]
+    if not outs:
+        return None
+    candidates = []
+    for d in range(n_loops):
+        if iterators[d] != "parallel":
+            continue
+        where, ok = [], True
+        for k, v, m in operands:
+            exprs = [e.maybe_downcast() for e in m.results]
+            pos = [q for q, e in enumerate(exprs) if isinstance(e, ir.AffineDimExpr) and e.position == d]
+            uses = sum(str(e).count(f"d{d}") for e in exprs)  # d inside a compound expression cannot be cut
+            if uses != len(pos) or len(pos) > 1:
+                ok = False
+                break
+            where.append((k, v, pos[0] if pos else None))
+        if not ok or any(p is None for k, v, p in where if any(k == k2 for k2, _, _ in outs)):
+            continue
+        k0, v0, p0 = next(w for w in where if w[2] is not None)
+        extent = ir.MemRefType(v0.type).shape[p0]
+        if extent == 1:
+            continue
+        candidates.append((d, where, (v0, p0), extent))
+    if not candidates:
+        return None
+    big = [c for c in candidates if c[3] == DYN or c[3] >= 16]
+    d, where, source, extent = big[0] if big else max(candidates, key=lambda c: c[3])
+    _, out_value, _ = outs[0]
+    out_t = ir.MemRefType(out_value.type)
+    out_pos = next(p for k, v, p in where if k == outs[0][0])
+    align = max(1, ALIGN_BYTES // _elem_bytes(out_t)) if out_pos == out_t.rank - 1 else 1
+    shapes = [ir.MemRefType(v.type) for _, v, _ in operands]
+    static = width = None
+    if all(DYN not in t.shape for t in shapes):
+        static = sum(_elem_bytes(t) * _prod(t.shape) for t in shapes)
+        chunks = -(-extent // align)
+        most = min(chunks, static // opts.min_bytes, opts.parts)
+        if most <= 1:
+            return None
+        # equal parts of a static width where they exist (the loop passes then see static sizes)
+        if extent % align == 0:
+            parts = next((n for n in range(most, 1, -1) if chunks % n == 0), 0)
+            if parts:
+                width = extent // parts
+    elif not opts.symbolic:
+        return None
+    return d, where, source, align, static, operands, width
+
+
+def _prod(shape) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
+
+
+def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
+    """Emit the loop in which this thread claims parts of the group's range and runs the group on
+    each part's subviews (at the insertion point); returns the number of parts. Parts of a
+    symbolic extent: up to PARTS_PER_THREAD per thread of whole `align` chunks, none under
+    `min_bytes`."""
+    d, where, (src, pos), align, static, operands, width = plan
+    extent = _dim(src, pos)
+    if width is not None:
+        return _split_static(group, where, extent, width, claimed, done)
+    if static is not None:
+        nbytes = index(static)
+    else:
+        nbytes = index(0)
+        for _, v, _ in operands:
+            nbytes = arith.addi(nbytes, _nbytes(v))
+    chunks = arith.ceildivui(extent, index(align)) if align > 1 else extent
+    most = arith.muli(nthreads, index(PARTS_PER_THREAD))
+    parts = arith.minui(arith.minui(chunks, arith.maxui(arith.divui(nbytes, index(min_bytes)), index(1))), most)
+
+    def bounds(c):
+        lo = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, c), parts), index(align)))
+        hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(c, index(1))), parts),
+                                            index(align)))
+        return lo, arith.subi(hi, lo)
+    _claim_parts(group, where, parts, bounds, claimed, done)
+    return parts
+
+
+def _split_static(group, where, extent, width: int, claimed, done) -> ir.Value:
+    """`_split` for a static extent in equal parts `width` long: part c is [c * width, (c + 1) * width)."""
+    parts = index(_const(extent) // width)
+    _claim_parts(group, where, parts, lambda c: (arith.muli(c, index(width)), width), claimed, done)
+    return parts
+
+
+def _claim_parts(group, where, parts: ir.Value, bounds, claimed: ir.Value, done: ir.Value) -> None:
+    """The loop in which a thread claims the next part of the group until none is left:
+    `bounds(c)` gives part c's start and size (an index value, or an int when static);
+    each operand `where` marks is its subview there; the part is counted done after."""
+    main = group[-1]
+    loop = scf.WhileOp([index_type()], [])
+    before = loop.before.blocks.append()
+    with ir.InsertionPoint(before):
+        c = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [claimed])
+        scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ult, c, parts), [c])
+    body = loop.after.blocks.append(index_type())
+    with ir.InsertionPoint(body):
+        lo, size = bounds(body.arguments[0])
+        views = {}
+        for k, v, p in where:
+            if p is None:
+                continue
+            if v not in views:
+                views[v] = _subview(v, p, lo, size)
+            main.operands[k] = views[v]
+        for o in group[:-1]:  # the fill: its output is the main op's
+            o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
+        end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [done])
+        scf.YieldOp([])
+    for o in group:
+        o.move_before(end_call.operation)
+
+
+def _subview(v: ir.Value, p: int, lo: ir.Value, size) -> ir.Value:
+    """`v` along dim `p` from `lo`, `size` long (an int: a static size)."""
+    t = ir.MemRefType(v.type)
+    strides, _ = t.get_strides_and_offset()
+    shape = list(t.shape)
+    shape[p] = size if isinstance(size, int) else DYN
+    layout = ir.StridedLayoutAttr.get(DYN, strides)
+    result = ir.MemRefType.get(shape, t.element_type, layout, t.memory_space)
+    offsets = [0] * t.rank
+    sizes = [n if n != DYN else memref.dim(v, index(a)) for a, n in enumerate(t.shape)]
+    offsets[p], sizes[p] = lo, size
+    return memref.subview(v, offsets, sizes, [1] * t.rank, result_type=result)
+
+
+def _sizing(threaded, total: ir.Value, n_args: int, name: str) -> None:
+    """`name(args) -> index`: the workspace bytes, from the ops `total` depends on (no memory effects)."""
+    block = threaded.regions[0].blocks[0]
+    needed, stack = set(), [total]
+    while stack:
+        v = stack.pop()
+        if not isinstance(v, ir.OpResult):
+            if isinstance(v, ir.BlockArgument) and v.arg_number >= n_args:
+                raise _Skip()
+            continue
+        op = v.owner.operation if hasattr(v.owner, "operation") else v.owner
+        if op in needed:
+            continue
+        if _kind(op) != "pure" or op.name == "memref.view":
+            raise _Skip()
+        needed.add(op)
+        stack.extend(op.operands)
+    ftype = ir.FunctionType(ir.TypeAttr(threaded.attributes["function_type"]).value)
+    with ir.InsertionPoint(threaded.operation), threaded.location:
+        sizing = func.FuncOp(name, (list(ftype.inputs)[:n_args], [index_type()]))
+    sizing.operation.move_after(threaded.operation)
+    sizing.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+    entry = sizing.add_entry_block()
+    mapping = {block.arguments[a]: entry.arguments[a] for a in range(n_args)}
+    with ir.InsertionPoint(entry):
+        for op in block.operations:
+            if op.operation in needed:
+                new = op.operation.clone()
+                for k, v in enumerate(op.operands):
+                    new.operands[k] = mapping.get(v, v)
+                for old, fresh in zip(op.results, new.results):
+                    mapping[old] = fresh
+        if isinstance(total, ir.OpResult):
+            result = mapping[total]
+        else:
+            result = total
+        with threaded.location:
+            func.ReturnOp([result])

@@ -1,0 +1,130 @@
+// RUN: kinac opt %s --passes threads | FileCheck %s
+
+// Each exported function gains a threaded entry that every thread of a call runs.
+// Its ops that touch memory are tasks: a small op is one part, run by whichever
+// thread claims it; a large one (here a 3.5 MiB matmul, with the fill of its output)
+// is cut along its output columns into parts of whole 64-byte lines, at most two per
+// thread, that threads claim until none is left. A task that reads what an earlier
+// one wrote first waits until that one's parts are done. Temporaries become views of
+// the shared workspace, after the tasks' counters (128 bytes per task); a companion
+// function returns the workspace's size. The original function is left as it was.
+
+// CHECK-DAG:   func.func private @kina_claim(index) -> index
+// CHECK-DAG:   func.func private @kina_done(index)
+// CHECK-DAG:   func.func private @kina_wait(index, index)
+// CHECK-LABEL: func.func @kina_f(
+// CHECK:         memref.alloc()
+// CHECK-NOT:     kina_
+// CHECK:         return
+
+// CHECK-LABEL: func.func @kina_f_threaded(
+// CHECK-SAME:    %[[TID:[^:]+]]: index, %[[N:[^:]+]]: index, %[[WS:[^:]+]]: memref<?xi8>) attributes {llvm.emit_c_interface}
+// CHECK:         %[[ADDR:.+]] = memref.extract_aligned_pointer_as_index %[[WS]]
+// CHECK-NOT:     memref.alloc
+// CHECK:         %[[T:.+]] = memref.view %[[WS]][%{{.+}}][] : memref<?xi8> to memref<1x1x576xf32>
+
+// task 0, the small op: one part
+// CHECK:         %[[C0:.+]] = call @kina_claim(%{{.+}}) : (index) -> index
+// CHECK:         %[[MINE:.+]] = arith.cmpi eq, %[[C0]], %{{.+}} : index
+// CHECK-NEXT:    scf.if %[[MINE]] {
+// CHECK:           linalg.generic {{.*}} outs(%[[T]] : memref<1x1x576xf32>)
+// CHECK:           func.call @kina_done(
+// CHECK-NEXT:    }
+// the matmul reads %t: wait for task 0's one part
+// CHECK:         call @kina_wait(%{{.+}}, %{{.+}}) : (index, index) -> ()
+
+// task 1, the matmul with its fill: 4 parts (the `parts` option) of 384 columns,
+// claimed in a loop until none is left
+// CHECK:         scf.while : () -> index {
+// CHECK-NEXT:      %[[C:.+]] = func.call @kina_claim(%{{.+}}) : (index) -> index
+// CHECK-NEXT:      %[[MORE:.+]] = arith.cmpi ult, %[[C]], %[[PARTS:.+]] : index
+// CHECK-NEXT:      scf.condition(%[[MORE]]) %[[C]] : index
+// CHECK-NEXT:    } do {
+// CHECK-NEXT:    ^bb0(%[[P:.+]]: index):
+// CHECK:           %[[LO:.+]] = arith.muli %[[P]], %{{.+}} : index
+// CHECK-NEXT:      %[[W:.+]] = memref.subview %{{.+}}[0, %[[LO]]] [576, 384] [1, 1]
+// CHECK-NEXT:      %[[O:.+]] = memref.subview %{{.+}}[0, 0, %[[LO]]] [1, 1, 384] [1, 1, 1]
+// CHECK-NEXT:      linalg.fill ins(%{{.+}} : f32) outs(%[[O]] : memref<1x1x384xf32, strided<[?, ?, 1], offset: ?>>)
+// CHECK-NEXT:      linalg.generic {{.*}} ins(%[[T]], %[[W]] : {{.*}}) outs(%[[O]] :
+// CHECK:           func.call @kina_done(
+// CHECK-NEXT:      scf.yield
+// CHECK-NEXT:    }
+
+// task 2 reads and writes what task 1 wrote: wait for all its parts
+// CHECK:         call @kina_wait(%{{.+}}, %[[PARTS]]) : (index, index) -> ()
+// CHECK:         call @kina_claim(
+// CHECK:         scf.if
+// CHECK:           linalg.generic
+// CHECK-NOT:     kina_wait
+// CHECK:         return
+
+// three tasks' counters (384 bytes), then %t (2304 bytes)
+// CHECK-LABEL: func.func @kina_f_workspace(
+// CHECK-SAME:    -> index attributes {llvm.emit_c_interface}
+// CHECK-NEXT:    %[[BYTES:.+]] = arith.constant 2688 : index
+// CHECK-NEXT:    return %[[BYTES]] : index
+
+// With a symbolic width the parts are sized at run time: at most 2 per thread, each
+// of whole 64-byte lines, none under `min-bytes`.
+// CHECK-LABEL: func.func @kina_g_threaded(
+// CHECK-SAME:    %[[N:[^:]+]]: index, %[[WS:[^:]+]]: memref<?xi8>)
+// CHECK:         %[[MOST:.+]] = arith.muli %[[N]], %{{.+}} : index
+// CHECK:         %[[PARTS:.+]] = arith.minui %{{.+}}, %[[MOST]] : index
+// CHECK:         scf.while
+// CHECK:           arith.cmpi ult, %{{.+}}, %[[PARTS]] : index
+// CHECK:         } do {
+// CHECK:           %[[LO:.+]] = arith.minui %{{.+}}, %{{.+}} : index
+// CHECK:           %[[HI:.+]] = arith.minui %{{.+}}, %{{.+}} : index
+// CHECK-NEXT:      %[[SIZE:.+]] = arith.subi %[[HI]], %[[LO]] : index
+// CHECK:           memref.subview %{{.+}}[0, %[[LO]]] [576, %[[SIZE]]] [1, 1]
+// CHECK:         call @kina_wait(%{{.+}}, %[[PARTS]])
+
+#id = affine_map<(i, j) -> (i, j)>
+#lhs = affine_map<(b, i, k, j) -> (b, i, k)>
+#rhs = affine_map<(b, i, k, j) -> (k, j)>
+#out = affine_map<(b, i, k, j) -> (b, i, j)>
+#id3 = affine_map<(b, i, j) -> (b, i, j)>
+func.func @kina_f(%x: memref<1x1x576xf32, strided<[?, ?, 1], offset: ?>>, %w: memref<576x1536xf32, strided<[?, 1], offset: ?>>, %out0: memref<1x1x1536xf32, strided<[?, ?, 1], offset: ?>>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  %t = memref.alloc() {alignment = 64 : i64} : memref<1x1x576xf32>
+  linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : memref<1x1x576xf32, strided<[?, ?, 1], offset: ?>>) outs(%t : memref<1x1x576xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %sq = arith.mulf %in, %in : f32
+    linalg.yield %sq : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x1x1536xf32, strided<[?, ?, 1], offset: ?>>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%t, %w : memref<1x1x576xf32>, memref<576x1536xf32, strided<[?, 1], offset: ?>>) outs(%out0 : memref<1x1x1536xf32, strided<[?, ?, 1], offset: ?>>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%out0 : memref<1x1x1536xf32, strided<[?, ?, 1], offset: ?>>) outs(%out0 : memref<1x1x1536xf32, strided<[?, ?, 1], offset: ?>>) {
+  ^bb0(%in: f32, %o: f32):
+    %n = arith.negf %in : f32
+    linalg.yield %n : f32
+  }
+  return
+}
+
+func.func @kina_g(%x: memref<1x1x576xf32>, %w: memref<576x?xf32, strided<[?, 1], offset: ?>>, %out0: memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>, %t: memref<1x1x?xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%x, %w : memref<1x1x576xf32>, memref<576x?xf32, strided<[?, 1], offset: ?>>) outs(%out0 : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.copy ins(%out0 : memref<1x1x?xf32, strided<[?, ?, 1], offset: ?>>) outs(%t : memref<1x1x?xf32>)
+  return
+}
+
+// An op with no elements is one part, not split (a subview of a dim of size 0 would not verify).
+// CHECK-LABEL: func.func @kina_empty_threaded(
+// CHECK-NOT:     memref.subview
+// CHECK:         return
+func.func @kina_empty(%x: memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>, %out0: memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>) attributes {llvm.emit_c_interface} {
+  linalg.copy ins(%x : memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>) outs(%out0 : memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>)
+  return
+}

@@ -1,0 +1,195 @@
+"""Threaded entries (kina.ir.passes.threads) and their runtime (Function.prepare(threads=)).
+
+Every thread count gives the same bits as the plain entry on one thread: at the
+kernel level (an MLP and a softmax over odd, symbolic and static sizes, on 1, 2, 3
+and 7 threads, through prepared calls and call_unchecked) and at the model level
+(StoryLM's greedy tokens and logits on 1, 2 and 3 threads). The barrier survives
+thousands of calls without a hang (each run under a timeout). The .so of a threaded
+build needs nothing beyond libc and libm.
+"""
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import kina
+from kina import runtime
+from kina.driver import pipeline
+from kina.models import StoryLM
+
+# big enough that the matmuls (K * N * 4 bytes and more) are split, small ops stay on thread 0
+MLP = """
+let mlp = fn(x: tensor<F32, [1, 1, K], @host>, g: tensor<F32, [1, 1, K], @host>,
+             w1: tensor<F32, [K, N], @host>, w2: tensor<F32, [N, M], @host>) -> (tensor<F32, [1, 1, M], @host>) {
+  let a = x * broadcast(rsqrt(mean(x * x, axis=2))) * broadcast(g);
+  let h = a @ w1;
+  (h * sigmoid(h) @ w2)
+}
+
+let attend = fn(q: tensor<F32, [1, H, 1, D], @host>, k: tensor<F32, [1, H, D, S], @host>,
+                v: tensor<F32, [1, H, S, D], @host>) -> (tensor<F32, [1, H, 1, D], @host>) {
+  (softmax(q @ k, axis=3) @ v)
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def symbolic():
+    return kina.compile_source(MLP, "mlp.kina")
+
+
+def mlp_inputs(K, N, M, seed=0):
+    rng = np.random.default_rng(seed)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)
+    return [r(1, 1, K), r(1, 1, K), r(K, N) / np.float32(np.sqrt(K)), r(N, M) / np.float32(np.sqrt(N))]
+
+
+def threaded_results(fn, args, threads):
+    """`fn` on `args` through a prepared call on `threads` threads (the threaded entry for > 1)."""
+    arrays, env = fn._bind(args)
+    outs = [runtime.empty(shape, r.dtype) for shape, r in zip(runtime.result_shapes(fn.signature, env),
+                                                                 fn(*args, threads=1))]
+    fn.prepare(arrays, outs, threads=threads)()
+    return outs
+
+
+def test_functions_get_a_threaded_entry(symbolic):
+    assert symbolic.mlp.threaded and symbolic.attend.threaded
+
+
+@pytest.mark.parametrize("K,N,M", [(576, 1536, 576), (301, 1001, 577), (7, 3, 1), (1000, 17, 2000)])
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_mlp_is_bit_identical_on_any_thread_count(symbolic, K, N, M, threads):
+    args = mlp_inputs(K, N, M)
+    (want,) = symbolic.mlp(*args, threads=1)
+    (got,) = threaded_results(symbolic.mlp, args, threads)
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("S", [0, 1, 33, 4099])
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_attention_with_a_symbolic_length_is_bit_identical(symbolic, S, threads):
+    rng = np.random.default_rng(S)
+    H, D = 5, 64
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(1, H, 1, D), (1, H, D, S), (1, H, S, D)]]
+    (want,) = symbolic.attend(*args, threads=1)
+    (got,) = threaded_results(symbolic.attend, args, threads)
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_a_static_specialisation_is_bit_identical():
+    static = kina.compile_source(MLP.split("let attend")[0], "mlp.kina", dims={"K": 333, "N": 1111, "M": 555})
+    args = mlp_inputs(333, 1111, 555, seed=1)
+    (want,) = static.mlp(*args, threads=1)
+    for threads in (2, 3, 7):
+        (got,) = threaded_results(static.mlp, args, threads)
+        assert np.array_equal(got, want)
+
+
+def test_call_unchecked_takes_the_threaded_entry_for_a_large_call(symbolic):
+    args = mlp_inputs(576, 1536, 576)
+    (want,) = symbolic.mlp(*args, threads=1)
+    for threads in (2, 3):
+        (got,) = symbolic.mlp(*args, threads=threads)  # 7 MiB of weights: above THREADED_MIN_BYTES
+        assert np.array_equal(got, want)
+
+
+def run_with_timeout(fn, seconds: float) -> None:
+    """fn() on a thread; fail (rather than hang the suite) if it has not returned in `seconds`."""
+    errors = []
+
+    def body():
+        try:
+            fn()
+        except BaseException as e:  # reported below
+            errors.append(e)
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"no return after {seconds} s: a barrier hangs"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_barrier_holds_over_many_calls(symbolic, threads):
+    args = mlp_inputs(256, 384, 256)  # small: each call is mostly barriers and hand-over
+    (want,) = symbolic.mlp(*args, threads=1)
+    arrays, env = symbolic.mlp._bind(args)
+    out = runtime.empty(want.shape, want.dtype)
+    call = symbolic.mlp.prepare(arrays, [out], threads=threads)
+
+    def many():
+        for i in range(2000):
+            call()
+            if i % 500 == 0:
+                assert np.array_equal(out, want)
+    run_with_timeout(many, 300)
+    assert np.array_equal(out, want)
+
+
+def test_concurrent_callers_each_have_their_own_workspace(symbolic):
+    args = mlp_inputs(576, 1536, 576)
+    (want,) = symbolic.mlp(*args, threads=1)
+    bad = []
+
+    def caller():
+        for _ in range(20):
+            (got,) = symbolic.mlp(*args, threads=2)
+            bad.append(not np.array_equal(got, want))
+    def three_callers():
+        callers = [threading.Thread(target=caller) for _ in range(3)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join()
+    run_with_timeout(three_callers, 300)
+    assert bad and not any(bad)
+
+
+def test_the_so_needs_only_libc_and_libm(symbolic):
+    readelf = pipeline.toolchain.find("llvm-readelf")
+    dynamic = subprocess.run([readelf, "-d", str(symbolic.path)], capture_output=True, text=True, check=True).stdout
+    needed = {line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line}
+    assert needed <= {"libc.so.6", "libm.so.6"}, needed
+
+
+@pytest.fixture(scope="module")
+def model():
+    return StoryLM(vocab_size=1000, d_model=256, n_heads=4, n_kv_heads=2, n_layers=2, ffn_dim=704,
+                   max_seq_len=48, threads=1)
+
+
+def test_storylm_tokens_and_logits_are_bit_identical_on_1_2_and_3_threads(model):
+    results = {}
+    for threads in (1, 2, 3):
+        model.threads = threads
+        cache = model.new_cache()
+        logits = [model.prefill([3, 1, 4, 1, 5], cache)]
+        tokens = []
+        for _ in range(12):
+            tokens.append(int(np.argmax(logits[-1])))
+            logits.append(model.step(tokens[-1], cache))
+        results[threads] = tokens, np.stack(logits)
+    model.threads = 1
+    assert model._kernels.decoder_step.threaded and model._kernels.logits.threaded
+    for threads in (2, 3):
+        assert results[threads][0] == results[1][0]
+        assert np.array_equal(results[threads][1], results[1][1])
+    model.threads = 2
+    assert model.generate([3, 1, 4, 1, 5], 12) == results[1][0]
+    model.threads = 1
+
+
+def test_closing_a_module_stops_its_team():
+    m = kina.compile_source(MLP, "mlp.kina")
+    args = mlp_inputs(576, 1536, 576)
+    (want,) = m.mlp(*args, threads=1)
+    (got,) = m.mlp(*args, threads=2)
+    assert np.array_equal(got, want) and m._teams
+    team = next(iter(m._teams.values()))
+    run_with_timeout(m.close, 60)
+    assert not team._threads and not m._teams
