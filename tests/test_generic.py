@@ -168,6 +168,16 @@ def test_a_specialisation_is_checked_as_written():
     assert "'*': dtypes differ: lhs is F16, rhs is F32" in located(mixed, {"T": "F16"}).message
 
 
+def test_convert_takes_a_type_parameter_as_its_dtype():
+    src = one_fn("[T]", "a: tensor<T, [2], @host>", "tensor<T, [2], @host>",
+                 "(convert[dtype=T] (convert[dtype=F32] a * convert[dtype=F32] a))")
+    assert checked(src, {"T": "F16"}).functions[0].sig.results == (ty("2", "F16"),)
+    bad = located(src.replace("dtype=T", "dtype=U"), {"T": "F16"})
+    assert bad.message == ("convert: unknown dtype 'U': expected one of F16, BF16, F32, F64, I32, I64 "
+                           "or a type parameter of f (T)")
+    assert bad.loc.col == src.splitlines()[-2].index("dtype=T") + len("dtype=") + 1
+
+
 # -- errors in the arguments: ValueErrors that name the argument -----------------------------------
 
 def test_unknown_names_are_value_errors_listing_the_known_ones():

@@ -155,6 +155,38 @@ def test_maximum_is_numpys_at_nan_infinities_zeros_and_extremes(dtype):
     assert_same(got, np.maximum(x, y))
 
 
+# -- convert: one rounding to nearest even (floats), exact widening, wrapping integers ---------------
+
+def convert(src: str, dst: str, dims: str = "B, S") -> str:
+    """`f(x: src) -> (convert[dtype=dst] x)`."""
+    return (f"let f = fn(x: tensor<{src}, [{dims}], @host>) -> (tensor<{dst}, [{dims}], @host>) {{\n"
+            f"  (convert[dtype={dst}] x)\n}}\n")
+
+
+@pytest.mark.parametrize("src,dst", [("F32", "F16"), ("F16", "F32"), ("F32", "BF16"), ("BF16", "F32"),
+                                     ("F64", "F32"), ("I32", "F32"), ("I32", "I64"), ("I64", "I32"),
+                                     ("F16", "BF16"), ("F32", "F32"), ("I32", "I32")])
+def test_convert(src, dst):
+    x = (np.random.default_rng(0).standard_normal((2, 5)) * 3e4).astype(numpy_dtype(src))  # past F16's range too
+    if src.startswith("I"):
+        x = np.random.default_rng(0).integers(-2**31, 2**31 - 1, (2, 5)).astype(numpy_dtype(src))
+    (got,) = check_against_numpy(convert(src, dst), "f", x, exact=E)
+    assert_same(got, x.astype(numpy_dtype(dst)))
+
+
+def test_convert_to_a_type_parameter_and_to_its_own_dtype():
+    source = ("let f = fn[T](x: tensor<T, [S], @host>) -> (tensor<T, [S], @host>) {\n"
+              "  (convert[dtype=T] (convert[dtype=F32] x * convert[dtype=F32] x))\n}\n")
+    x = np.array([300, -2, 0.5], np.float16)
+    for dtype in ("F16", "F32"):
+        (got,) = check_against_numpy(source, "f", x.astype(numpy_dtype(dtype)), exact=E, dtypes={"T": dtype})
+        with np.errstate(over="ignore"):  # 300 * 300 is past F16's largest value: inf
+            want = np.array([90000, 4, 0.25], np.float32).astype(numpy_dtype(dtype))
+        assert_same(got, want)
+    checked = kina.frontend.check.check(kina.frontend.syntax.parse(source), {"T": "F32"})
+    assert "Convert" not in kina.frontend.ast.dump(checked)  # to its own dtype: the operand itself, no op
+
+
 # -- unary functions -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("source,exact", [

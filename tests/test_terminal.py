@@ -79,7 +79,7 @@ def test_words_and_symbols_come_from_the_grammar():
     classified = {*highlight.KEYWORDS, *highlight.ATTRIBUTES, *highlight.BUILTINS,
                   *highlight.OPERATORS, *highlight.PUNCTUATION}
     assert classified == literals
-    assert set(highlight.BUILTINS) == {"concat", "softmax", "broadcast", "tensor", "transpose", "reshape", "slice",
+    assert set(highlight.BUILTINS) == {"concat", "softmax", "broadcast", "tensor", "transpose", "reshape", "slice", "convert",
                                        "exp", "sqrt", "rsqrt", "sigmoid", "maximum", "sum", "max", "mean"}
 
 

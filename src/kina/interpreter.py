@@ -57,7 +57,7 @@ def reshape(e: ast.Reshape, x: np.ndarray) -> np.ndarray:
 
 # What an `Op.numpy` expression may name besides its operands, attributes and `e`.
 _NAMES = {"np": np, "WIDE": WIDE, "matmul_k_ascending": matmul_k_ascending, "softmax": softmax,
-          "lowest": lowest, "reshape": reshape}
+          "lowest": lowest, "reshape": reshape, "numpy_dtype": numpy_dtype}
 
 
 @lru_cache(maxsize=None)

@@ -37,7 +37,7 @@ _NAME, _INT, _NUMBER, _COMMENT, _WS = (_TERMINALS[n].to_regexp() for n in ("NAME
 
 # The choices: a grammar word is a builtin unless listed here; a symbol is punctuation unless an operator.
 KEYWORDS = {"let": Keyword.Declaration, "fn": Keyword}
-ATTRIBUTES = ("axis", "perm", "dims", "start", "size")  # of builtins: concat[axis=N], reshape[dims=[...]]
+ATTRIBUTES = ("axis", "perm", "dims", "start", "size", "dtype")  # of builtins: concat[axis=N], reshape[dims=[...]]
 OPERATORS = ("@", "*", "/", "+", "-", "->", "=")
 
 _WORDS = [w for w in _LITERALS if w[0].isalpha()]

@@ -190,6 +190,16 @@ class Slice(Expr):
 
 
 @dataclass(frozen=True)
+class Convert(Expr):
+    """`convert[dtype=D] operand`: the operand's values as dtype D; `dtype_loc` locates D.
+    D may name a type parameter until `check` gives it its dtype."""
+
+    dtype: str
+    operand: Expr
+    dtype_loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class TypeParam:
     """A dtype variable of a generic function: the `T` of `fn[T](...)`; `check` sets `value`."""
 

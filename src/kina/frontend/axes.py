@@ -74,7 +74,7 @@ def _before_axis(e: ast.Expr, rank: int) -> int:  # the axes before the one it m
 
 # op family (ops.FAMILIES) -> how many leading axes an expression of it keeps independent
 KEEPS = {
-    "elementwise": _all, "unary": _all, "broadcast": _all,
+    "elementwise": _all, "unary": _all, "broadcast": _all, "convert": _all,
     "concat": _before_axis, "softmax": _before_axis, "reduce": _before_axis, "slice": _before_axis,
     "matmul": lambda e, rank: _shift(e, rank) + e.type.rank - 2,  # not its row and contraction axes
     "transpose": lambda e, rank: _shift(e, rank) + next((a for a, p in enumerate(e.perm) if p != a), len(e.perm)),

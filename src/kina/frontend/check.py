@@ -40,6 +40,8 @@ and an op that needs a floating dtype says so in its entry (`floating`):
                        of the static dims are equal
   slice[axis=a, start=s, size=n] x   0 <= a < rank; s + n <= the static part of x's dim a
                        (its value when every name in it is 0); dim a becomes n
+  convert[dtype=D] x   D a dtype or a type parameter of the function; x's shape in dtype D; not
+                       from a float to an integer; to x's own dtype it is x itself (no node)
   names                defined once, before use; dim names bound by a parameter's type
   results              arity and types equal the declared ones
   type parameters      fn[T, ...]: declared once, not a dtype or dim name, used in a type, given a value
@@ -563,3 +565,26 @@ class _FunctionChecker:
                             self._notes(("operand", e.operand)))
         dims = t.dims[:e.axis] + (Dim(e.size),) + t.dims[e.axis + 1:]
         return dataclasses.replace(e, operand=x, type=TensorType(t.dtype, dims, t.placement))
+
+    @rule("convert")
+    def convert(self, e: ast.Convert) -> ast.Expr:
+        """x's shape in dtype D (a type parameter's value, specialised like a type's dtype). A
+        float to an integer is refused: NumPy's astype and LLVM's fptosi disagree past the
+        integer's range and at NaN. To x's own dtype the result is x itself."""
+        x = self.expr(e.operand)
+        t = x.type
+        dtype = self.dtypes.get(e.dtype) or e.dtype
+        if dtype not in DTYPES:
+            hint = f" (did you mean {e.dtype.upper()}?)" if e.dtype.upper() in DTYPES else ""
+            params = [p.name for p in self.fn.type_params]
+            also = f" or a type parameter of {self.fn.name} ({ops.listing(params)})" if params else ""
+            raise KinaError(e.dtype_loc or e.loc,
+                            f"convert: unknown dtype '{e.dtype}': expected one of {', '.join(DTYPES)}{also}{hint}")
+        result = TensorType(dtype, t.dims, t.placement)
+        if t.is_float and not result.is_float:
+            raise KinaError(e.loc, f"convert: from a float to an integer ({t.dtype} to {dtype}) is not defined: "
+                                   "only float to float, integer to float and integer to integer",
+                            self._notes(("operand", e.operand)))
+        if dtype == t.dtype:
+            return x
+        return dataclasses.replace(e, operand=x, dtype=dtype, type=result)

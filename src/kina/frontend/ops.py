@@ -14,7 +14,7 @@ Every stage reads its part of an entry and has one piece of code per *family*, n
     editors/pygments_lexer.py  highlights grammar.lark's words, so every word op here
 
 so a new op of an existing family is a grammar rule, its AST class and one entry. The
-one-op families (concat, matmul, softmax, transpose, reshape, slice) keep their rule and
+one-op families (concat, matmul, softmax, transpose, reshape, slice, convert) keep their rule and
 lowering in check.py and lower.py; their entries name them. tests/test_op_table.py fails
 when an `ast.Expr` class lacks an entry, a grammar rule or any stage's part.
 
@@ -35,7 +35,7 @@ FAMILIES = {
     "broadcast": "broadcast(x): only an operand of an elementwise op, whose rule and lowering read it",
     "concat": "concat[axis=N] x y", "matmul": "x @ y", "softmax": "softmax(x, axis=N)",
     "transpose": "transpose[perm=[...]] x", "reshape": "reshape[dims=[...]] x",
-    "slice": "slice[axis=N, start=S, size=K] x",
+    "slice": "slice[axis=N, start=S, size=K] x", "convert": "convert[dtype=D] x",
 }
 
 # F16 and BF16 compute in F32 and round once, in the ops marked `wide` (compiled and interpreted alike).
@@ -86,6 +86,7 @@ OPS = (
     Op("transpose", ast.Transpose, "transpose", numpy="np.transpose(x, perm)"),
     Op("reshape", ast.Reshape, "reshape", numpy="reshape(e, x)"),
     Op("slice", ast.Slice, "slice", numpy="np.take(x, np.arange(start, start + size), axis=axis)"),
+    Op("convert", ast.Convert, "convert", numpy="x.astype(numpy_dtype(dtype))"),  # bit-exact, as compiled
     Op("broadcast", ast.Broadcast, "broadcast", numpy="x"),  # NumPy's broadcasting in + - * / stretches it
     Op("softmax", ast.Softmax, "softmax", floating=True, wide=True, numpy="softmax(x, axis)"),
     Op("exp", ast.Exp, "unary", floating=True, wide=True, mlir=("math.exp(x)", ""), numpy="np.exp(x)"),

@@ -297,13 +297,17 @@ class _ToAst(Transformer):
 
 def _node(kind: type, loc: Loc, items: list) -> ast.Expr:
     """A `kind` node whose fields take the rule's items in order (grammar.lark writes an
-    operation's parts in the order of its node's fields): an operand, an INT, the INTs of
-    a list (perm=[...]), or the dims of a list (dims=[...], with their locations)."""
+    operation's parts in the order of its node's fields): an operand, an INT, a NAME (dtype=D,
+    with its location), the INTs of a list (perm=[...]), or the dims of a list (dims=[...],
+    with their locations)."""
     values = {}
     for f in fields(kind):
-        if f.name in ("loc", "type", "dim_locs"):
+        if f.name in ("loc", "type", "dim_locs", "dtype_loc"):
             continue
-        if f.type == "int":
+        if f.type == "str":
+            values[f.name], values[f"{f.name}_loc"] = str(items[0]), _tok_loc(loc.file, items[0])
+            items = items[1:]
+        elif f.type == "int":
             values[f.name], items = int(items[0]), items[1:]
         elif f.type == "tuple[int, ...]":
             n = _count(items, Token)

@@ -175,12 +175,24 @@ class _FunctionLowering:
         return linalg.fill(cst, outs=[self.empty(t)])
 
     def convert(self, v: ir.Value, t: TensorType) -> ir.Value:
-        """Elementwise `v` as dtype `t.dtype` (widened or narrowed), a new tensor."""
+        """Elementwise `v` as dtype `t.dtype` (`cast` on each element), a new tensor."""
         elt = element_type(t.dtype)
-        cast = (lambda x, _: [arith.ExtFOp(elt, x).result]) if elt.width > v.type.element_type.width else \
-            (lambda x, _: [arith.TruncFOp(elt, x).result])
         ident = ir.AffineMap.get_identity(t.rank)
-        return generic([v], [self.empty(t)], [ident, ident], ["parallel"] * t.rank, cast)[0]
+        return generic([v], [self.empty(t)], [ident, ident], ["parallel"] * t.rank, lambda x, _: [cast(x, elt)])[0]
+
+
+def cast(x: ir.Value, to: ir.Type) -> ir.Value:
+    """One element as type `to`: extf or truncf (to nearest even; F16 and BF16, of one width,
+    through F32), sitofp, extsi or trunci (wrapping). The checker refuses a float to an integer."""
+    def floating(t):
+        return not isinstance(t, ir.IntegerType)
+    if floating(x.type) and floating(to):
+        if x.type.width == to.width:
+            x = arith.ExtFOp(ir.F32Type.get(), x).result
+        return (arith.ExtFOp if to.width > x.type.width else arith.TruncFOp)(to, x).result
+    if floating(to):
+        return arith.SIToFPOp(to, x).result
+    return (arith.ExtSIOp if to.width > x.type.width else arith.TruncIOp)(to, x).result
 
 
 def _wide(t: TensorType, op: ops.Op) -> TensorType:
@@ -344,6 +356,12 @@ def _reduce(low: _FunctionLowering, e: ast.Reduce) -> ir.Value:
 def _transpose(low: _FunctionLowering, e: ast.Transpose) -> ir.Value:
     """`linalg.transpose`: result dim i is operand dim perm[i], as Kina's perm says."""
     return linalg.transpose(low.expr(e.operand), outs=[low.empty(e.type)], permutation=list(e.perm)).results[0]
+
+
+@lowers("convert")
+def _convert(low: _FunctionLowering, e: ast.Convert) -> ir.Value:
+    """One elementwise `linalg.generic` of `cast` (a convert to the operand's dtype is gone after check)."""
+    return low.convert(low.expr(e.operand), e.type)
 
 
 def reshape_groups(src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> list[tuple[list[int], list[int]]]:

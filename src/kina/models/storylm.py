@@ -351,7 +351,7 @@ class StoryLM(Decoder):
         self._layers = [[arg(f"layers.{i}.", n) for n in _LAYER_WEIGHTS] for i in range(self.n_layers)]
         self._norm, self._embed = w["norm"].reshape(1, 1, D), w["embed"]
         self._head = w["embed"] if self.tie_embeddings else w["head"]  # tied: the table itself, [V, D]
-        self._eps = np.full((1, 1, 1), self.eps, dt)
+        self._eps = np.full((1, 1, 1), self.eps, runtime.numpy_dtype(norm_dtype(KINA_DTYPES[self.dtype])))
         self._scale = np.full((1, 1, 1, 1), 1 / math.sqrt(self.head_dim), dt)
         angle = np.arange(self.max_seq_len, dtype=np.float64)[:, None] * self._inv_freq[None, :]
         self._cos = np.cos(angle).astype(dt).reshape(self.max_seq_len, 1, 1, R)
@@ -498,7 +498,9 @@ class NumPyStoryLM(StoryLM):
         return None
 
     def _rms_norm(self, x, gain):
-        return x * (1 / np.sqrt(np.mean(x * x, axis=2, keepdims=True) + self._eps)) * gain
+        """Normalised in the norm dtype and rounded once to the model's dtype, then scaled, as the kernel does."""
+        x32 = x.astype(self._eps.dtype)
+        return (x32 * (1 / np.sqrt(np.mean(x32 * x32, axis=2, keepdims=True) + self._eps))).astype(x.dtype) * gain
 
     def _layer(self, i, x, cos, sin, k_past, v_past, mask, outs):
         g1, wq, wk, wv, wo, bq, bk, bv, bo, g2, w_gate, w_up, w_down = self._layers[i]
@@ -535,10 +537,16 @@ class NumPyStoryLM(StoryLM):
         return (self._rms_norm(x[:, -1:], self._norm) @ head)[0, 0]
 
 
+def norm_dtype(dtype: str) -> str:
+    """The dtype kernels/storylm.kina's RMSNorm computes in (its W) for T = `dtype`: F32, as
+    Hugging Face's does, or F64 for F64."""
+    return "F64" if dtype == "F64" else "F32"
+
+
 @functools.lru_cache(maxsize=None)
 def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: int, ffn_dim: int, vocab_size: int):
     """kernels/storylm.kina compiled for one dtype and size (B = 1; S and P stay symbolic)."""
     import kina
     dims = dict(B=1, D=d_model, Hk=n_kv_heads, G=group, Dh=head_dim, R=head_dim // 2, Q=n_kv_heads * group * head_dim,
                 KV=n_kv_heads * head_dim, F=ffn_dim, V=vocab_size)
-    return kina.compile_file(KERNELS / "storylm.kina", dtypes={"T": dtype}, dims=dims)
+    return kina.compile_file(KERNELS / "storylm.kina", dtypes={"T": dtype, "W": norm_dtype(dtype)}, dims=dims)
