@@ -12,7 +12,9 @@ dims (as the models compile theirs) at the default level, called through
 
   decode   x[1, K] @ W[K, N]: GB/s of W's bytes, and that as a share of the one-thread read
            floor measured in the same run (benchlib.bandwidth.read_bandwidth: np.sum and
-           np.dot over new 256 MiB arrays, the best pass); NumPy's x @ W beside it.
+           np.dot over new 256 MiB arrays; the best pass, of those at the start and one
+           before each shape, since a neighbour's load only ever lowers it); NumPy's x @ W
+           beside it.
   prefill  x[P, K] @ W[K, N] at P = 32 and 256: GFLOP/s (2PKN per call) against NumPy's
            sgemm (OpenBLAS, set to one thread), and the ratio.
 
@@ -95,6 +97,11 @@ def time_shape(P: int, K: int, N: int, dtype_name: str, working_set: int, rounds
     return {v.name: statistics.median(v.samples) for v in variants}
 
 
+def progress(what: str) -> None:
+    sys.stderr.write(f"bench_matmul: {what}\n")
+    sys.stderr.flush()
+
+
 def time_once(v: Variant, sets: InputSets) -> float:
     """Seconds of one warm call of v (sizes the timed batches)."""
     s = sets.take(1)[0]
@@ -124,32 +131,38 @@ def main(argv=None) -> int:
           + (f" (note: {', '.join(noted)} set, which can slow OpenBLAS)" if noted else ""))
     with fresh_compiles():
         floor = read_bandwidth(passes)
-        print(f"read floor, one thread: {floor / 1e9:.1f} GB/s (best of {passes} passes over 256 MiB); "
-              f"medians of {rounds} interleaved rounds; decode weights rotated through {ws // MIB} MiB")
-        print("\ndecode x[1,K] @ W[K,N]: GB/s of W, and x floor")
-        print(f"{'dtype':<5} {'K':>5} {'N':>6} {'W MiB':>7} {'kina GB/s':>10} {'x floor':>8} "
-              f"{'numpy GB/s':>11} {'x floor':>8} {'vs F32':>7}")
-        f32_time = {}
-        for name in DTYPES:
+        decode, prefill = [], []
+        for name in DTYPES:  # one more pass of the floor's probe before each shape: the run's best counts
             for K, N in shapes:
-                t = time_shape(1, K, N, name, ws, rounds)
-                nbytes = K * N * np.dtype(DTYPES[name]).itemsize
-                kina_bw, np_bw = nbytes / t["kina"], nbytes / t["numpy"]
-                f32_time.setdefault((K, N), t["kina"])
-                speedup = f"{f32_time[(K, N)] / t['kina']:6.2f}x"
-                print(f"{name:<5} {K:>5} {N:>6} {nbytes / MIB:>7.2f} {kina_bw / 1e9:>10.1f} {kina_bw / floor:>8.2f} "
-                      f"{np_bw / 1e9:>11.1f} {np_bw / floor:>8.2f} {speedup:>7}", flush=True)
-        print("\nprefill x[P,K] @ W[K,N]: GFLOP/s (2PKN per call) against NumPy's sgemm (F32, one thread)")
-        print(f"{'dtype':<5} {'P':>4} {'K':>5} {'N':>6} {'kina GFLOP/s':>13} {'sgemm GFLOP/s':>14} {'ratio':>6}")
+                progress(f"decode {name} {K}x{N}")
+                decode.append((name, K, N, time_shape(1, K, N, name, ws, rounds)))
+                floor = max(floor, read_bandwidth(1))
         for name in DTYPES:
             for K, N in shapes:
                 if K * N > 4 * MIB:  # the head: a prefill computes it for the last position only
                     continue
                 for P in PREFILL_ROWS:
-                    t = time_shape(P, K, N, name, 64 * MIB if not a.quick else ws, rounds)
-                    flops = 2 * P * K * N
-                    print(f"{name:<5} {P:>4} {K:>5} {N:>6} {flops / t['kina'] / 1e9:>13.1f} "
-                          f"{flops / t['numpy'] / 1e9:>14.1f} {t['numpy'] / t['kina']:>6.2f}", flush=True)
+                    progress(f"prefill {name} {P}x{K}x{N}")
+                    prefill.append((name, P, K, N, time_shape(P, K, N, name, ws if a.quick else 64 * MIB, rounds)))
+    print(f"read floor, one thread: {floor / 1e9:.1f} GB/s (the best of {passes + len(decode)} passes over 256 MiB, "
+          f"spread through the run); medians of {rounds} interleaved rounds; decode weights rotated through "
+          f"{ws // MIB} MiB")
+    print("\ndecode x[1,K] @ W[K,N]: GB/s of W, and x floor")
+    print(f"{'dtype':<5} {'K':>5} {'N':>6} {'W MiB':>7} {'kina GB/s':>10} {'x floor':>8} "
+          f"{'numpy GB/s':>11} {'x floor':>8} {'vs F32':>7}")
+    f32_time = {(K, N): t["kina"] for name, K, N, t in decode if name == "F32"}
+    for name, K, N, t in decode:
+        nbytes = K * N * np.dtype(DTYPES[name]).itemsize
+        kina_bw, np_bw = nbytes / t["kina"], nbytes / t["numpy"]
+        speedup = f"{f32_time[(K, N)] / t['kina']:6.2f}x" if (K, N) in f32_time else "-"
+        print(f"{name:<5} {K:>5} {N:>6} {nbytes / MIB:>7.2f} {kina_bw / 1e9:>10.1f} {kina_bw / floor:>8.2f} "
+              f"{np_bw / 1e9:>11.1f} {np_bw / floor:>8.2f} {speedup:>7}")
+    print("\nprefill x[P,K] @ W[K,N]: GFLOP/s (2PKN per call) against NumPy's sgemm (F32, one thread)")
+    print(f"{'dtype':<5} {'P':>4} {'K':>5} {'N':>6} {'kina GFLOP/s':>13} {'sgemm GFLOP/s':>14} {'ratio':>6}")
+    for name, P, K, N, t in prefill:
+        flops = 2 * P * K * N
+        print(f"{name:<5} {P:>4} {K:>5} {N:>6} {flops / t['kina'] / 1e9:>13.1f} "
+              f"{flops / t['numpy'] / 1e9:>14.1f} {t['numpy'] / t['kina']:>6.2f}")
     return 0
 
 

@@ -108,8 +108,9 @@ def _non_negative(n: int) -> bool:
 @dataclass(frozen=True)
 class MatmulLoops(KinaPass):
     name = "matmul-loops"
-    summary = ("matmul generics to unroll-and-jammed vector loops, short rows in registers, "
-               "fused copies with non-temporal stores; same summation order")
+    summary = ("matmul generics to register tiles (many rows), prefetched or unroll-and-jammed vector loops, "
+               "short rows in registers, fused copies with non-temporal stores; F16/BF16 widened as loaded; "
+               "same summation order")
     optimisation = True
     unroll: int = option(8, "rhs rows one pass over j reads side by side (unroll-and-jam over k)",
                          check=_at_least_1, expected="an integer from 1 to 64")
