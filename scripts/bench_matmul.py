@@ -14,7 +14,9 @@ dims (as the models compile theirs) at the default level, called through
            floor measured in the same run (benchlib.bandwidth.read_bandwidth: np.sum and
            np.dot over new 256 MiB arrays; the best pass, of those at the start and one
            before each shape, since a neighbour's load only ever lowers it); NumPy's x @ W
-           beside it.
+           beside it, and "read W": the probe's kernel (np.dot of W's two halves, F16 bytes
+           read as F32) on the same weights in the same rounds, a floor that shares the
+           neighbours' load.
   prefill  x[P, K] @ W[K, N] at P = 32 and 256: GFLOP/s (2PKN per call) against NumPy's
            sgemm (OpenBLAS, set to one thread), and the ratio.
 
@@ -89,6 +91,10 @@ def time_shape(P: int, K: int, N: int, dtype_name: str, working_set: int, rounds
         raise SystemExit(f"bench_matmul: Kina's {dtype_name} {P}x{K}x{N} matmul differs from NumPy's")
     variants = [Variant("kina", sets, lambda s: fn.call_unchecked([s[0], s[1]], [s[2]])),
                 Variant("numpy", sets, lambda s: np.matmul(s[0], s[1], out=s[2]))]
+    if P == 1:  # the floor probe's kernel on the same bytes, in the same rounds (the same neighbours)
+        words = [s[1].reshape(-1)[:s[1].size // 2 * 2].view(np.float32) for s in sets.sets]  # F16 as F32: same bytes
+        halves = InputSets([(w[:w.size // 2], w[w.size // 2:]) for w in words], sets.nbytes_each)
+        variants.append(Variant("read", halves, lambda h: np.dot(*h)))
     if dtype_name != "F32" and P > 1:  # F16 has no BLAS: the F32 sgemm's rate is the reference
         f32 = input_sets(P, K, N, np.float32, 0)
         variants[1] = Variant("numpy", f32, lambda s: np.matmul(s[0], s[1], out=s[2]))
@@ -116,6 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="two shapes, 3 rounds, a 16 MiB working set (a smoke test)")
     p.add_argument("--rounds", type=int, default=11, help="interleaved rounds per shape (the median is taken)")
     p.add_argument("--working-set-mib", type=int, default=1024, help="decode inputs rotate through at least this much")
+    p.add_argument("--part", choices=("all", "decode", "prefill"), default="all", help="which table (default both)")
     p.add_argument("--floor-passes", type=int, default=5, help="passes of the read-floor probe (the best counts)")
     a = p.parse_args(argv)
     if a.rounds < 1 or a.working_set_mib < 1 or a.floor_passes < 1:
@@ -132,12 +139,12 @@ def main(argv=None) -> int:
     with fresh_compiles():
         floor = read_bandwidth(passes)
         decode, prefill = [], []
-        for name in DTYPES:  # one more pass of the floor's probe before each shape: the run's best counts
+        for name in DTYPES if a.part != "prefill" else ():  # a probe pass before each shape: the best counts
             for K, N in shapes:
                 progress(f"decode {name} {K}x{N}")
                 decode.append((name, K, N, time_shape(1, K, N, name, ws, rounds)))
                 floor = max(floor, read_bandwidth(1))
-        for name in DTYPES:
+        for name in DTYPES if a.part != "decode" else ():
             for K, N in shapes:
                 if K * N > 4 * MIB:  # the head: a prefill computes it for the last position only
                     continue
@@ -149,14 +156,14 @@ def main(argv=None) -> int:
           f"{ws // MIB} MiB")
     print("\ndecode x[1,K] @ W[K,N]: GB/s of W, and x floor")
     print(f"{'dtype':<5} {'K':>5} {'N':>6} {'W MiB':>7} {'kina GB/s':>10} {'x floor':>8} "
-          f"{'numpy GB/s':>11} {'x floor':>8} {'vs F32':>7}")
+          f"{'numpy GB/s':>11} {'x floor':>8} {'read W GB/s':>12} {'kina x read':>12} {'vs F32':>7}")
     f32_time = {(K, N): t["kina"] for name, K, N, t in decode if name == "F32"}
     for name, K, N, t in decode:
         nbytes = K * N * np.dtype(DTYPES[name]).itemsize
-        kina_bw, np_bw = nbytes / t["kina"], nbytes / t["numpy"]
+        kina_bw, np_bw, read_bw = nbytes / t["kina"], nbytes / t["numpy"], nbytes / t["read"]
         speedup = f"{f32_time[(K, N)] / t['kina']:6.2f}x" if (K, N) in f32_time else "-"
         print(f"{name:<5} {K:>5} {N:>6} {nbytes / MIB:>7.2f} {kina_bw / 1e9:>10.1f} {kina_bw / floor:>8.2f} "
-              f"{np_bw / 1e9:>11.1f} {np_bw / floor:>8.2f} {speedup:>7}")
+              f"{np_bw / 1e9:>11.1f} {np_bw / floor:>8.2f} {read_bw / 1e9:>12.1f} {kina_bw / read_bw:>12.2f} {speedup:>7}")
     print("\nprefill x[P,K] @ W[K,N]: GFLOP/s (2PKN per call) against NumPy's sgemm (F32, one thread)")
     print(f"{'dtype':<5} {'P':>4} {'K':>5} {'N':>6} {'kina GFLOP/s':>13} {'sgemm GFLOP/s':>14} {'ratio':>6}")
     for name, P, K, N, t in prefill:

@@ -40,14 +40,15 @@ def test_bench_matmul_quick_prints_well_formed_tables():
     floor = float(re.search(r"read floor, one thread: ([\d.]+) GB/s", proc.stdout).group(1))
     assert floor > 0
     rows = [line.split() for line in proc.stdout.splitlines() if re.match(r"F(32|16)\s", line)]
-    decode = [r for r in rows if len(r) == 9]
+    decode = [r for r in rows if len(r) == 11]
     prefill = [r for r in rows if len(r) == 7]
     assert len(decode) + len(prefill) == len(rows)
     assert [tuple(r[:3]) for r in decode] == [(t, K, N) for t in ("F32", "F16") for K, N in (("576", "576"), ("512", "1408"))]
-    for dtype, K, N, mib, kina, share, numpy, np_share, speedup in decode:
+    for dtype, K, N, mib, kina, share, numpy, np_share, read, read_share, speedup in decode:
         assert abs(float(mib) - int(K) * int(N) * (4 if dtype == "F32" else 2) / 2**20) < 0.01
-        for rate, s in ((kina, share), (numpy, np_share)):  # within the rounding of the printed figures
-            assert float(rate) > 0 and abs(float(s) - float(rate) / floor) <= 0.01 + 0.06 * float(s), (rate, s)
+        for rate, s, of in ((kina, share, floor), (numpy, np_share, floor), (kina, read_share, float(read))):
+            # within the rounding of the printed figures
+            assert float(rate) > 0 and abs(float(s) - float(rate) / of) <= 0.01 + 0.06 * float(s), (rate, s)
         assert speedup.endswith("x") and float(speedup[:-1]) > 0
     assert sorted({(r[0], r[1]) for r in prefill}) == [("F16", "256"), ("F16", "32"), ("F32", "256"), ("F32", "32")]
     for dtype, P, K, N, kina, sgemm, ratio in prefill:
