@@ -35,7 +35,9 @@ prefetchers alone left it at 70-80% of a contiguous read; docs/performance.md,
 A matmul with at least `tile-rows` rows (prefill, x[P, K] @ W[K, N]) takes its rows in
 register tiles first: for each block of `tile-k-rows` rhs rows and each block of
 columns (`tile-row-bytes` of sums per row), every tile of rows in turn, so that block
-of rhs is read from cache by all of them; the tile's sums stay in vector registers
+of rhs is read from cache by all of them (from a copy on the stack with its rows back
+to back, `pack`: rhs rows a power of two apart, N = 512 or 4096, would share a few
+cache sets and evict each other); the tile's sums stay in vector registers
 while k runs over the block, each rhs vector loaded once per k for all the tile's
 rows. Between blocks of k the sums go to acc and come back (exact), so each element
 still sums in k order. The last block of columns, partial, uses masked loads and
@@ -131,6 +133,7 @@ class MatmulLoops(KinaPass):
                                  expected=f"a multiple of {NT_ALIGN} up to 4096")
     tile_k_rows: int = option(512, "rhs rows per block of a register tile's k loop (the block of rhs cached while "
                               "every tile of rows reads it)", check=lambda n: n >= 1, expected="an integer >= 1")
+    pack: bool = option(True, "register tiles read each block of rhs from a copy with its rows back to back")
     fma: bool = option(False, "fused multiply-adds (one rounding per k): faster GEMMs, but not the bits of -O0")
 
     def run(self, module_op) -> None:
@@ -346,10 +349,11 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
             scf.YieldOp([])
         scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
 
-    def tile(b, i0, mr, jb, nv, masked, k_lo, k_hi):
+    def tile(b, i0, mr, jb, nv, masked, k_lo, k_hi, packed):
         """acc[b, i0:i0+mr, jb:jb+nv*width] += lhs[b, i0:i0+mr, k_lo:k_hi] @ rhs[b, k_lo:k_hi, jb:jb+nv*width],
         each element in k order, with the mr x nv vectors of sums in registers while k runs;
-        `masked`: the columns from N on are neither read nor written."""
+        `masked`: the columns from N on are neither read nor written; rhs's block read from
+        `packed` (its copy, rows back to back) if given."""
         rows = [i0] + [arith.AddIOp(i0, cst(r)).result for r in range(1, mr)]
         js = [jb] + [arith.AddIOp(jb, cst(v * width)).result for v in range(1, nv)]
         mask_t = ir.VectorType.get([width], ir.IntegerType.get_signless(1))
@@ -362,8 +366,14 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
                 return vector.LoadOp(t, m, ix).result
             return vector.MaskedLoadOp(t, m, ix, masks[v], pads[t]).result
 
+        offsets = [cst(v * width) for v in range(nv)]  # columns of the packed block
+
         def add_row(k, *sums):
-            ys = [widen(load(nvtype(vtype), rhs, [*rhs_at(b), k, j], v)) for v, j in enumerate(js)]
+            if packed is not None:
+                row = arith.SubIOp(k, k_lo).result
+                ys = [widen(vector.LoadOp(nvtype(vtype), packed, [row, o]).result) for o in offsets]
+            else:
+                ys = [widen(load(nvtype(vtype), rhs, [*rhs_at(b), k, j], v)) for v, j in enumerate(js)]
             new = []
             for r, i in enumerate(rows):
                 x = vector.BroadcastOp(vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result)).result
@@ -383,23 +393,58 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         back between blocks) and each block of its columns, every tile of rows, so that
         block of rhs stays in cache; the last block of columns, partial, masked."""
         mr, nv = options.tile_rows, max(1, options.tile_row_bytes // vector_bytes)
-        bw, step, kc = cst(nv * width), cst(mr), cst(options.tile_k_rows)
+        bw, step, kc = cst(nv * width), cst(mr), cst(pack_rows)
         full = arith.SubIOp(N, arith.RemUIOp(N, bw).result).result
+        mask_t = ir.VectorType.get([width], ir.IntegerType.get_signless(1))
+        pad = arith.ConstantOp(nvtype(vtype), ir.DenseElementsAttr.get_splat(nvtype(vtype), ir.FloatAttr.get(narrow, 0.0)))
+
+        def pack(jb, masked, k_lo, k_hi):
+            js = [arith.AddIOp(jb, cst(v * width)).result for v in range(nv)]
+            masks = [vector.CreateMaskOp(mask_t, [arith.SubIOp(N, j).result]).result for j in js] if masked else []
+            offsets = [cst(v * width) for v in range(nv)]
+
+            def copy_row(k):
+                row = arith.SubIOp(k, k_lo).result
+                for v, (j, o) in enumerate(zip(js, offsets)):
+                    ix = [*rhs_at(b), k, j]
+                    y = vector.MaskedLoadOp(nvtype(vtype), rhs, ix, masks[v], pad.result).result if masked else \
+                        vector.LoadOp(nvtype(vtype), rhs, ix).result
+                    vector.StoreOp(y, packed, [row, o])
+            loop(k_lo, k_hi, one, copy_row)
+        packed = pack_buffer
 
         def k_block(k_lo):
             k_hi = arith.MinUIOp(arith.AddIOp(k_lo, kc).result, K).result
             for lo, hi, masked in ((zero, full, False), (full, N, True)):
-                loop(lo, hi, bw, lambda jb: loop(zero, rows_end, step,
-                                                 lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi)))
+                def column_block(jb, masked=masked):
+                    if packed is not None:
+                        pack(jb, masked, k_lo, k_hi)
+                    loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, packed))
+                loop(lo, hi, bw, column_block)
         loop(zero, K, kc, k_block)
+
+    use_tiles = options.tile_rows > 1 and slot is None and (acc_t.shape[-2] == DYN or acc_t.shape[-2] >= options.tile_rows)
+    # a block of rhs copied rows back to back, on the stack, once per matmul: rhs rows a
+    # power of two apart (N = 512, 4096) would otherwise fall into a few cache sets and
+    # evict each other while the row tiles read the block
+    k_static = ir.MemRefType(rhs.type).shape[-2]
+    pack_rows = options.tile_k_rows if k_static == DYN else max(1, min(options.tile_k_rows, k_static))
+    pack_type = ir.MemRefType.get([pack_rows, max(1, options.tile_row_bytes // vector_bytes) * width], narrow)
+    pack_buffer = memref.AllocaOp(pack_type, [], []).result if use_tiles and options.pack else None
 
     def per_batch(b):
         """Whole tiles of rows (not for a fused matmul, whose copy wants each rhs row
         once), then each remaining row alone."""
         mr, rows_end = options.tile_rows, zero
-        if mr > 1 and slot is None and (acc_t.shape[-2] == DYN or acc_t.shape[-2] >= mr):
+        if use_tiles:
             rows_end = arith.SubIOp(I, arith.RemUIOp(I, cst(mr)).result).result
-            tiles(b, rows_end)
+            if acc_t.shape[-2] != DYN:
+                tiles(b, rows_end)
+            else:  # no block of rhs is copied for no tile
+                if_op = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ugt, rows_end, zero).result)
+                with ir.InsertionPoint(if_op.then_block):
+                    tiles(b, rows_end)
+                    scf.YieldOp([])
         loop(rows_end, I, one, lambda i: per_row([*b, i]))
 
     nest(sizes[:-2], per_batch)
