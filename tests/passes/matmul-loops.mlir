@@ -1,4 +1,5 @@
 // RUN: kinac opt %s --passes matmul-loops | FileCheck %s
+// RUN: kinac opt %s --passes 'matmul-loops{fma=true}' | FileCheck %s --check-prefix=FMA
 
 // After bufferization each matmul linalg.generic on memrefs of one element type
 // becomes explicit loops: per row, vector<32xf32> steps over j that read 8 rhs
@@ -271,17 +272,29 @@ func.func @fused(%q: memref<1x4xf32>, %a: memref<4x64xf32, strided<[?, 1], offse
   return
 }
 
-// Not rewritten: f16 operands widened to an f32 accumulator (mixed element types),
-// and a matmul still on tensors (before bufferization).
-// CHECK-LABEL: func.func @untouched(
-// CHECK-NOT:     scf.for
-// CHECK:         linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : memref<1x4xf16>, memref<4x64xf16>) outs(%{{.+}} : memref<1x64xf32>)
-// CHECK:           arith.extf
-// CHECK:         linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : tensor<1x4xf32>, tensor<4x64xf32>) outs(%{{.+}} : tensor<1x64xf32>)
-// CHECK-NOT:     scf.for
+// Widening (f16 operands, f32 sums, the reference body's extf): the same loops, each
+// loaded f16 vector (and each lhs scalar) extended once, then f32 mulf and addf in k
+// order, as the body does for each element. Here the row of sums in registers.
+// CHECK-LABEL: func.func @widening(
+// CHECK-SAME:    %[[Q:[^:]+]]: memref<1x4xf16>, %[[K:[^:]+]]: memref<4x64xf16>, %[[ACC:[^:]+]]: memref<1x64xf32>)
+// CHECK-NOT:     linalg.generic
+// CHECK:         case 2 {
+// CHECK:           scf.for %[[KK:.+]] = %{{.+}} iter_args(%[[S0:.+]] = %{{.+}}, %[[S1:.+]] = %{{.+}}) -> (vector<32xf32>, vector<32xf32>) {
+// CHECK-NEXT:        %[[X:.+]] = memref.load %[[Q]][%{{.+}}, %[[KK]]] : memref<1x4xf16>
+// CHECK-NEXT:        %[[XF:.+]] = arith.extf %[[X]] : f16 to f32
+// CHECK-NEXT:        %[[XV:.+]] = vector.broadcast %[[XF]] : f32 to vector<32xf32>
+// CHECK-NEXT:        %[[Y0:.+]] = vector.load %[[K]][%[[KK]], %{{.+}}] : memref<4x64xf16>, vector<32xf16>
+// CHECK-NEXT:        %[[Y0F:.+]] = arith.extf %[[Y0]] : vector<32xf16> to vector<32xf32>
+// CHECK-NEXT:        %[[P0:.+]] = arith.mulf %[[XV]], %[[Y0F]] : vector<32xf32>
+// CHECK-NEXT:        %{{.+}} = arith.addf %[[S0]], %[[P0]] : vector<32xf32>
+// CHECK:           vector.store %{{.+}}, %[[ACC]]{{.+}} : memref<1x64xf32>, vector<32xf32>
+// CHECK:         default {
+// CHECK:           vector.load %[[K]]{{.+}} : memref<4x64xf16>, vector<32xf16>
+// CHECK-NEXT:      arith.extf %{{.+}} : vector<32xf16> to vector<32xf32>
+// CHECK:           memref.load %[[K]]{{.+}} : memref<4x64xf16>
+// CHECK-NEXT:      arith.extf %{{.+}} : f16 to f32
 // CHECK:         return
-func.func @untouched(%q: memref<1x4xf16>, %k: memref<4x64xf16>, %acc: memref<1x64xf32>,
-                     %qt: tensor<1x4xf32>, %kt: tensor<4x64xf32>, %acct: tensor<1x64xf32>) -> tensor<1x64xf32> {
+func.func @widening(%q: memref<1x4xf16>, %k: memref<4x64xf16>, %acc: memref<1x64xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
       ins(%q, %k : memref<1x4xf16>, memref<4x64xf16>) outs(%acc : memref<1x64xf32>) {
   ^bb0(%x: f16, %y: f16, %s: f32):
@@ -291,6 +304,16 @@ func.func @untouched(%q: memref<1x4xf16>, %k: memref<4x64xf16>, %acc: memref<1x6
     %r = arith.addf %s, %m : f32
     linalg.yield %r : f32
   }
+  return
+}
+
+// Not rewritten: a matmul still on tensors (before bufferization).
+// CHECK-LABEL: func.func @untouched(
+// CHECK-NOT:     scf.for
+// CHECK:         linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : tensor<1x4xf32>, tensor<4x64xf32>) outs(%{{.+}} : tensor<1x64xf32>)
+// CHECK-NOT:     scf.for
+// CHECK:         return
+func.func @untouched(%qt: tensor<1x4xf32>, %kt: tensor<4x64xf32>, %acct: tensor<1x64xf32>) -> tensor<1x64xf32> {
   %t = linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
       ins(%qt, %kt : tensor<1x4xf32>, tensor<4x64xf32>) outs(%acct : tensor<1x64xf32>) {
   ^bb0(%x: f32, %y: f32, %s: f32):
@@ -316,7 +339,8 @@ func.func @untouched(%q: memref<1x4xf16>, %k: memref<4x64xf16>, %acc: memref<1x6
 // CHECK:               scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
 // CHECK:                 %[[V0:.+]] = vector.broadcast %[[X0]] : f32 to vector<32xf32>
 // CHECK:                 %[[A:.+]] = vector.load %[[ACC]][%[[B]], %[[I]], %[[J]]] : memref<2x1x40xf32>, vector<32xf32>
-// CHECK-NEXT:            %[[Y0:.+]] = vector.load %[[W]][%[[K0]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
+// CHECK:                 memref.prefetch %[[W]]
+// CHECK:                 %[[Y0:.+]] = vector.load %[[W]][%[[K0]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
 // CHECK-NEXT:            %[[P0:.+]] = arith.mulf %[[V0]], %[[Y0]] : vector<32xf32>
 // CHECK-NEXT:            %{{.+}} = arith.addf %[[A]], %[[P0]] : vector<32xf32>
 func.func @broadcast_rhs(%x: memref<2x1x16xf32>, %w: memref<16x40xf32>, %acc: memref<2x1x40xf32>) {
@@ -420,6 +444,106 @@ func.func @not_matmuls(%q: memref<1x16xf32>, %k: memref<16x40xf32>, %acc: memref
   ^bb0(%x: f32, %y: f32, %s: f32):
     %m = arith.mulf %x, %y : f32
     %n = arith.negf %m : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// Rows in register tiles (prefill): rows 0-7 of 9 in tiles of 4 rows x 3 vectors, the
+// 12 vectors of sums carried through a k loop over a block of at most 512 rhs rows.
+// Each block of rhs (k rows x 96 columns) is first copied to a stack buffer, rows back
+// to back (rhs rows a power of two apart would share a few cache sets); each of its
+// vectors is then loaded once per k for all 4 rows. Columns 96-99, a partial block,
+// are masked (nothing past N is read or written); row 8 goes alone, as a decode row.
+// CHECK-LABEL: func.func @tiles(
+// CHECK-SAME:    %[[X:[^:]+]]: memref<9x16xf32>, %[[W:[^:]+]]: memref<16x100xf32>, %[[ACC:[^:]+]]: memref<9x100xf32>)
+// CHECK:         %[[PACK:.+]] = memref.alloca() : memref<16x96xf32>
+// CHECK:         %[[REM:.+]] = arith.remui %{{.+}}, %{{.+}} : index
+// CHECK-NEXT:    %[[ROWS:.+]] = arith.subi %{{.+}}, %[[REM]] : index
+// CHECK:         scf.for %[[KB:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:           %[[KEND:.+]] = arith.minui
+// CHECK-NEXT:      scf.for %[[JB:.+]] = %{{.+}} to %[[FULL:.+]] step %{{.+}} {
+// CHECK:             scf.for %[[KC:.+]] = %[[KB]] to %[[KEND]] step %{{.+}} {
+// CHECK-NEXT:          %[[ROW:.+]] = arith.subi %[[KC]], %[[KB]] : index
+// CHECK-NEXT:          %[[C0:.+]] = vector.load %[[W]][%[[KC]], %{{.+}}] : memref<16x100xf32>, vector<32xf32>
+// CHECK:               vector.store %[[C0]], %[[PACK]][%[[ROW]], %{{.+}}] : memref<16x96xf32>, vector<32xf32>
+// CHECK:             scf.for %[[I:.+]] = %{{.+}} to %[[ROWS]] step %{{.+}} {
+// CHECK:               %[[A:.+]]:12 = scf.for %[[K:.+]] = %[[KB]] to %[[KEND]] step %{{.+}} iter_args(%[[S0:[^ ]+]] = {{.+}}) -> (vector<32xf32>, {{.+}}) {
+// CHECK-NEXT:            %[[R:.+]] = arith.subi %[[K]], %[[KB]] : index
+// CHECK-NEXT:            %[[Y0:.+]] = vector.load %[[PACK]][%[[R]], %{{.+}}] : memref<16x96xf32>, vector<32xf32>
+// CHECK-NEXT:            %[[Y1:.+]] = vector.load %[[PACK]][%[[R]],
+// CHECK-NEXT:            %[[Y2:.+]] = vector.load %[[PACK]][%[[R]],
+// CHECK-NEXT:            %[[X0:.+]] = memref.load %[[X]][%[[I]], %[[K]]]
+// CHECK-NEXT:            %[[V0:.+]] = vector.broadcast %[[X0]]
+// CHECK-NEXT:            %[[P0:.+]] = arith.mulf %[[V0]], %[[Y0]] : vector<32xf32>
+// CHECK-NEXT:            %{{.+}} = arith.addf %[[S0]], %[[P0]] : vector<32xf32>
+// CHECK-COUNT-3:         memref.load %[[X]]
+// CHECK:                 scf.yield
+// CHECK-COUNT-12:      vector.store %{{.+}}, %[[ACC]]
+// CHECK:           scf.for %[[JT:.+]] = %[[FULL]] to %{{.+}} step %{{.+}} {
+// CHECK:             vector.create_mask
+// CHECK:             scf.for
+// CHECK:               vector.maskedload %[[W]]
+// CHECK:               vector.store %{{.+}}, %[[PACK]]
+// CHECK:             scf.for
+// CHECK:               vector.maskedload %[[ACC]]
+// CHECK:               scf.for
+// CHECK:                 vector.load %[[PACK]]
+// CHECK:               vector.maskedstore
+// CHECK:         scf.for %{{.+}} = %[[ROWS]] to %{{.+}} step %{{.+}} {
+// CHECK-NEXT:      scf.if
+// CHECK:         return
+// The option fma=true (not the default: other bits than -O0's) multiplies and adds
+// with one rounding, in every loop form.
+// FMA-LABEL:     func.func @tiles(
+// FMA-NOT:       arith.mulf
+// FMA:           math.fma %{{.+}}, %{{.+}}, %{{.+}} : vector<32xf32>
+// FMA-NOT:       arith.mulf
+// FMA:           math.fma %{{.+}}, %{{.+}}, %{{.+}} : f32
+// FMA-NOT:       arith.mulf
+// FMA:           return
+func.func @tiles(%x: memref<9x16xf32>, %w: memref<16x100xf32>, %acc: memref<9x100xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<9x16xf32>, memref<16x100xf32>) outs(%acc : memref<9x100xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// Fewer rows than a tile (decode, 3 rows) take no tiles. One rhs row at a time, each
+// vector step prefetches its lines the whole rows ahead that cover prefetch-bytes
+// (2048 here: 3 rows of 768 bytes), clamped to K - 1; the 8-rows-at-a-time
+// loops do not prefetch.
+// CHECK-LABEL: func.func @prefetch(
+// CHECK-SAME:    %[[X:[^:]+]]: memref<3x16xf32>, %[[W:[^:]+]]: memref<16x192xf32>, %[[ACC:[^:]+]]: memref<3x192xf32>)
+// CHECK-NOT:     iter_args
+// CHECK:         %{{[^,]+}}, %{{[^,]+}}, %{{[^,]+}}:2, %[[STRIDES:[^ ]+]]:2 = memref.extract_strided_metadata %[[W]]
+// CHECK:         %[[STRIDE:.+]] = arith.muli %[[STRIDES]]#0, %{{.+}} : index
+// CHECK:         %[[UP:.+]] = arith.addi %[[STRIDE]], %{{.+}} : index
+// CHECK:         %[[DIV:.+]] = arith.divui %[[UP]], %{{.+}} : index
+// CHECK-NEXT:    %[[AHEAD:.+]] = arith.maxui %[[DIV]], %{{.+}} : index
+// CHECK:         scf.if
+// CHECK-NEXT:      scf.for %[[K:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:             %[[KA:.+]] = arith.addi %[[K]], %[[AHEAD]] : index
+// CHECK-NEXT:        %[[KP:.+]] = arith.minui %[[KA]], %{{.+}} : index
+// CHECK:             scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:               %[[J0:.+]] = arith.addi %[[J]], %{{.+}} : index
+// CHECK-NEXT:          memref.prefetch %[[W]][%[[KP]], %[[J0]]], read, locality<3>, data : memref<16x192xf32>
+// CHECK:               %[[J1:.+]] = arith.addi %[[J]], %{{.+}} : index
+// CHECK-NEXT:          memref.prefetch %[[W]][%[[KP]], %[[J1]]], read, locality<3>, data : memref<16x192xf32>
+// CHECK-NEXT:          vector.load %[[W]][%[[K]], %[[J]]] : memref<16x192xf32>, vector<32xf32>
+// CHECK:           } else {
+// CHECK-NOT:         memref.prefetch
+// CHECK:         return
+func.func @prefetch(%x: memref<3x16xf32>, %w: memref<16x192xf32>, %acc: memref<3x192xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<3x16xf32>, memref<16x192xf32>) outs(%acc : memref<3x192xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
     %r = arith.addf %s, %m : f32
     linalg.yield %r : f32
   }

@@ -26,7 +26,22 @@ with the row of sums in L1; longer or farther-apart rows take `unroll` at a time
 Short rows nearly back to back read fastest as one stream; with a gap, or long
 rows, several streams at once win (scripts/bench_k_layout.py measures it; the
 figures and the thresholds they gave: docs/performance.md, "The Kᵀ layout").
-The order of the sums is the same either way.
+The order of the sums is the same either way. One row at a time, each vector step
+also prefetches its lines the whole rows ahead that cover `prefetch-bytes` (a decode
+projection x[1, K] @ W[K, N] reads W one line after another, and the hardware
+prefetchers alone left it at 70-80% of a contiguous read; docs/performance.md,
+"Decode at the weight-bandwidth floor").
+
+A matmul with at least `tile-rows` rows (prefill, x[P, K] @ W[K, N]) takes its rows in
+register tiles first: for each block of `tile-k-rows` rhs rows and each block of
+columns (`tile-row-bytes` of sums per row), every tile of rows in turn, so that block
+of rhs is read from cache by all of them (from a copy on the stack with its rows back
+to back, `pack`: rhs rows a power of two apart, N = 512 or 4096, would share a few
+cache sets and evict each other); the tile's sums stay in vector registers
+while k runs over the block, each rhs vector loaded once per k for all the tile's
+rows. Between blocks of k the sums go to acc and come back (exact), so each element
+still sums in k order. The last block of columns, partial, uses masked loads and
+stores; the rows past the last whole tile go one by one as above.
 
 A fused matmul (fuse-concat-matmul: it also copies its rhs into a concat's slot)
 goes one row at a time and writes the copy with non-temporal stores: the copy is
@@ -51,21 +66,27 @@ A matmul whose batch dims broadcast (`x[B, S, 512] @ W[512, N]`, or a batch dim 
 size 1 stretched) runs the same loops, reading each operand at its own batch
 indices (index 0 along a stretched dim): the same order, the same bits.
 
+A widening matmul (F16 or BF16 operands, F32 sums: the reference body extends x and
+y) runs the same loops, each loaded vector (and each lhs scalar) extended once, then
+the F32 multiply and add; it reads half the bytes of an F32 one.
+
 In:  any module; after bufferization, when matmuls are on memrefs. Out: the same
 module with every matmul it can take as loops.
 
-Guarantees: only matmuls on memrefs whose operands share one element type (no
-F16/BF16 widening) and have a unit innermost stride are rewritten; the others
-(on tensors, widening, a non-strided layout) are left to convert-linalg-to-loops.
-The options change the loops, never the order of the sums (each element's adds
-stay in k order, by construction): any values give the same bits.
+Guarantees: only matmuls on memrefs of floats with a unit innermost stride whose
+operands share the sums' element type, or (not fused) share a narrower one, are
+rewritten; the others (on tensors, a non-strided layout) are left to
+convert-linalg-to-loops. The options change the loops, never the order of the sums
+(each element's adds stay in k order, by construction): any values give the same
+bits, except `fma=true`, which rounds each multiply-add once (faster where the loops
+are compute-bound, and no longer the bits of -O0; off by default).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, linalg, memref, scf, vector
+from mlir.dialects import arith, linalg, math, memref, scf, vector
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
@@ -89,8 +110,9 @@ def _non_negative(n: int) -> bool:
 @dataclass(frozen=True)
 class MatmulLoops(KinaPass):
     name = "matmul-loops"
-    summary = ("matmul generics to unroll-and-jammed vector loops, short rows in registers, "
-               "fused copies with non-temporal stores; same summation order")
+    summary = ("matmul generics to register tiles (many rows), prefetched or unroll-and-jammed vector loops, "
+               "short rows in registers, fused copies with non-temporal stores; F16/BF16 widened as loaded; "
+               "same summation order")
     optimisation = True
     unroll: int = option(8, "rhs rows one pass over j reads side by side (unroll-and-jam over k)",
                          check=_at_least_1, expected="an integer from 1 to 64")
@@ -102,6 +124,17 @@ class MatmulLoops(KinaPass):
                                       check=_non_negative, expected="an integer >= 0")
     row_at_a_time_gap_bytes: int = option(256, "the gap to the next rhs row that still counts as back to back",
                                           check=_non_negative, expected="an integer >= 0")
+    prefetch_bytes: int = option(2048, "how far ahead, in bytes of rhs (whole rows, at least one), the "
+                                 "one-row-at-a-time loops prefetch (0: never)",
+                                 check=_non_negative, expected="an integer >= 0")
+    tile_rows: int = option(4, "output rows a register tile holds: a matmul's rows in whole tiles, the rest one by one "
+                            "(1: no tiles)", check=_at_least_1, expected="an integer from 1 to 64")
+    tile_row_bytes: int = option(384, "the sums of one row of a register tile", check=_whole_lines,
+                                 expected=f"a multiple of {NT_ALIGN} up to 4096")
+    tile_k_rows: int = option(512, "rhs rows per block of a register tile's k loop (the block of rhs cached while "
+                              "every tile of rows reads it)", check=lambda n: n >= 1, expected="an integer >= 1")
+    pack: bool = option(True, "register tiles read each block of rhs from a copy with its rows back to back")
+    fma: bool = option(False, "fused multiply-adds (one rounding per k): faster GEMMs, but not the bits of -O0")
 
     def run(self, module_op) -> None:
         def matmul(op, rewriter):
@@ -116,16 +149,19 @@ class MatmulLoops(KinaPass):
 
 def _kind(op) -> str | None:
     """The matmul form of `op` (`matmul_form`) if these loops can take it: on memrefs
-    of one float element type, each unit-strided along its innermost dim (the loops
-    load whole vectors along it)."""
+    of float element types, each unit-strided along its innermost dim (the loops load
+    whole vectors along it), and either all of one type or, "widening", two operands
+    of one narrower type (F16, BF16) summed into a wider one, not fused."""
     form = matmul_form(op)
     if form is None:
         return None
     operands = list(op.operands)
-    if not all(unit_innermost(v.type) for v in operands):
+    if not all(unit_innermost(v.type) and isinstance(v.type.element_type, ir.FloatType) for v in operands):
         return None
-    types = {v.type.element_type for v in operands}
-    return form if len(types) == 1 and isinstance(next(iter(types)), ir.FloatType) else None
+    lhs, rhs, acc = (v.type.element_type for v in operands[:3])
+    if lhs == rhs == acc:
+        return form
+    return "widening" if lhs == rhs and form != "fused" and lhs.width < acc.width else None
 
 
 def _emit(op, options: MatmulLoops, unroll: int) -> None:
@@ -137,7 +173,7 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     rank, elt = acc_t.rank, acc_t.element_type
     cst, zero, one = index, index(0), index(1)
     sizes = [dim(acc, a) for a in range(rank)]  # batch..., I, N
-    K, N = dim(lhs, ir.MemRefType(lhs.type).rank - 1), sizes[-1]
+    K, I, N = dim(lhs, ir.MemRefType(lhs.type).rank - 1), sizes[-2], sizes[-1]
     # each operand's batch indices from the loops' (a broadcast operand has fewer, or reads 0)
     lhs_batch, rhs_batch = (batch_indices(m, rank - 2, side) for m, side in zip(maps_of(op), ("lhs", "rhs")))
     lhs_at = lambda b: [b[p] if p is not None else zero for p in lhs_batch]
@@ -145,7 +181,17 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     elt_bytes = elt.width // 8
     width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
+    # widening (F16 or BF16 operands, F32 sums): each value is extended once, as loaded
+    narrow = ir.MemRefType(lhs.type).element_type
+    in_bytes = narrow.width // 8
+    nvtype = lambda vt: vt if vt is None or narrow == elt else ir.VectorType.get(vt.shape, narrow)
+    widen = (lambda v: v) if narrow == elt else \
+        (lambda v: arith.ExtFOp(ir.VectorType.get(v.type.shape, elt) if isinstance(v.type, ir.VectorType) else elt,
+                                v).result)
     line = max(1, NT_ALIGN // elt_bytes)  # elements in one cache line (a whole non-temporal store)
+    # a + x * y as the reference body has it, fmul then fadd; or, with `fma`, rounded once (other bits)
+    mac = (lambda a, x, y: math.FmaOp(x, y, a).result) if options.fma else \
+        (lambda a, x, y: arith.AddFOp(a, arith.MulFOp(x, y).result).result)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
     # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
     most, n_static = options.register_row_bytes // (width * elt_bytes), acc_t.shape[-1]
@@ -153,13 +199,14 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         register_vectors = list(range(1, most + 1))
     else:
         register_vectors = [n_static // width] if n_static % width == 0 and 0 < n_static // width <= most else []
+    rhs_k_stride = list(memref.ExtractStridedMetadataOp(rhs).strides)[-2]
     if unroll > 1:  # rhs rows short and nearly back to back: one row at a time streams them best
-        rhs_k_stride = list(memref.ExtractStridedMetadataOp(rhs).strides)[-2]
-        row_bytes = arith.MulIOp(N, cst(elt_bytes)).result
-        gap_bytes = arith.MulIOp(arith.SubIOp(rhs_k_stride, N).result, cst(elt_bytes)).result
+        row_bytes = arith.MulIOp(N, cst(in_bytes)).result
+        gap_bytes = arith.MulIOp(arith.SubIOp(rhs_k_stride, N).result, cst(in_bytes)).result
         short_dense_rows = arith.AndIOp(
             arith.CmpIOp(arith.CmpIPredicate.ule, row_bytes, cst(options.row_at_a_time_bytes)).result,
             arith.CmpIOp(arith.CmpIPredicate.ule, gap_bytes, cst(options.row_at_a_time_gap_bytes)).result).result
+    K_last = arith.SubIOp(K, one).result
     if slot is not None:  # where slot rows start, to align the non-temporal stores
         meta = memref.ExtractStridedMetadataOp(slot)
         slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result
@@ -172,28 +219,36 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
             lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
         return arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
 
-    def rows(outer, k0, count):
+    def rows(outer, k0, count, prefetch=False):
         """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
-        (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused)."""
+        (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused); with
+        `prefetch`, each vector step also prefetches its lines `rows_ahead` rows ahead."""
         b = outer[:-1]
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
-        xs = [memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result for k in ks]
+        xs = [widen(memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result) for k in ks]
+        if prefetch:
+            ahead = arith.MinUIOp(arith.AddIOp(k0, rows_ahead).result, K_last).result
 
         def step(j, vt, nontemporal):
             """One step at j: a vector of type `vt`, or one element if vt is None; the
             slot copy with non-temporal stores if `nontemporal`, else plain ones."""
             if vt is not None:
                 load = lambda m, ix: vector.LoadOp(vt, m, ix).result
+                rhs_load = lambda t, ix: vector.LoadOp(t, rhs, ix).result
                 store = lambda v, m, ix: vector.StoreOp(v, m, ix)
                 xv = [vector.BroadcastOp(vt, x).result for x in xs]
             else:
                 load = lambda m, ix: memref.LoadOp(m, ix).result
+                rhs_load = lambda t, ix: memref.LoadOp(rhs, ix).result
                 store = lambda v, m, ix: memref.StoreOp(v, m, ix)
                 xv = xs
             a = load(acc, [*outer, j])
+            if prefetch and vt is not None:  # every line of the step: rows are back to back, the lines aligned or not
+                for off in range(0, vt.shape[0], NT_ALIGN // in_bytes):
+                    memref.PrefetchOp(rhs, [*rhs_at(b), ahead, arith.AddIOp(j, cst(off)).result], False, 3, True)
             for x, k in zip(xv, ks):
-                y = load(rhs, [*rhs_at(b), k, j])
-                a = arith.AddFOp(a, arith.MulFOp(x, y).result).result
+                y = rhs_load(nvtype(vt), [*rhs_at(b), k, j])
+                a = mac(a, x, widen(y))
                 if slot is not None and vt is not None and nontemporal:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
                 elif slot is not None:
@@ -229,11 +284,11 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         js = [cst(v * width) for v in range(n_vectors)]
 
         def add_row(k, *sums):
-            x = vector.BroadcastOp(vtype, memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result).result
+            x = vector.BroadcastOp(vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result)).result
             new = []
             for j, a in zip(js, sums):
-                y = vector.LoadOp(vtype, rhs, [*rhs_at(b), k, j]).result
-                new.append(arith.AddFOp(a, arith.MulFOp(x, y).result).result)
+                y = vector.LoadOp(nvtype(vtype), rhs, [*rhs_at(b), k, j]).result
+                new.append(mac(a, x, widen(y)))
                 if slot is not None:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
             return new
@@ -258,12 +313,18 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         loop(zero, k_main, u, lambda k: rows(outer, k, unroll))
         loop(k_main, K, one, lambda k: rows(outer, k, 1))
 
+    prefetch = options.prefetch_bytes > 0 and slot is None
+    if prefetch:  # whole rows of rhs, at least prefetch-bytes and at least one
+        stride_bytes = arith.MulIOp(rhs_k_stride, cst(in_bytes)).result
+        rows_ahead = arith.MaxUIOp(arith.DivUIOp(arith.AddIOp(stride_bytes, cst(options.prefetch_bytes - 1)).result,
+                                                 arith.MaxUIOp(stride_bytes, one).result).result, one).result
+
     def rows_one_at_a_time(outer):
         if unroll == 1:
-            return loop(zero, K, one, lambda k: rows(outer, k, 1))
+            return loop(zero, K, one, lambda k: rows(outer, k, 1, prefetch))
 
         def then():
-            loop(zero, K, one, lambda k: rows(outer, k, 1))
+            loop(zero, K, one, lambda k: rows(outer, k, 1, prefetch))
             scf.YieldOp([])
 
         def otherwise():
@@ -288,6 +349,104 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
             scf.YieldOp([])
         scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
 
-    nest(sizes[:-1], per_row)
+    def tile(b, i0, mr, jb, nv, masked, k_lo, k_hi, packed):
+        """acc[b, i0:i0+mr, jb:jb+nv*width] += lhs[b, i0:i0+mr, k_lo:k_hi] @ rhs[b, k_lo:k_hi, jb:jb+nv*width],
+        each element in k order, with the mr x nv vectors of sums in registers while k runs;
+        `masked`: the columns from N on are neither read nor written; rhs's block read from
+        `packed` (its copy, rows back to back) if given."""
+        rows = [i0] + [arith.AddIOp(i0, cst(r)).result for r in range(1, mr)]
+        js = [jb] + [arith.AddIOp(jb, cst(v * width)).result for v in range(1, nv)]
+        mask_t = ir.VectorType.get([width], ir.IntegerType.get_signless(1))
+        masks = [vector.CreateMaskOp(mask_t, [arith.SubIOp(N, j).result]).result for j in js] if masked else []
+        pads = {t: arith.ConstantOp(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(t.element_type, 0.0))).result
+                for t in {vtype, nvtype(vtype)}} if masked else {}
+
+        def load(t, m, ix, v):
+            if not masked:
+                return vector.LoadOp(t, m, ix).result
+            return vector.MaskedLoadOp(t, m, ix, masks[v], pads[t]).result
+
+        offsets = [cst(v * width) for v in range(nv)]  # columns of the packed block
+
+        def add_row(k, *sums):
+            if packed is not None:
+                row = arith.SubIOp(k, k_lo).result
+                ys = [widen(vector.LoadOp(nvtype(vtype), packed, [row, o]).result) for o in offsets]
+            else:
+                ys = [widen(load(nvtype(vtype), rhs, [*rhs_at(b), k, j], v)) for v, j in enumerate(js)]
+            new = []
+            for r, i in enumerate(rows):
+                x = vector.BroadcastOp(vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result)).result
+                new += [mac(sums[r * nv + v], x, y) for v, y in enumerate(ys)]
+            return new
+        at = [(i, v, j) for i in rows for v, j in enumerate(js)]
+        sums = loop(k_lo, k_hi, one, add_row, [load(vtype, acc, [*b, i, j], v) for i, v, j in at])
+        for a, (i, v, j) in zip(sums, at):
+            if masked:
+                vector.MaskedStoreOp(acc, [*b, i, j], masks[v], a)
+            else:
+                vector.StoreOp(a, acc, [*b, i, j])
+
+    def tiles(b, rows_end):
+        """Rows 0 to rows_end (a multiple of `tile-rows`) of batch b in register tiles: for
+        each block of `tile-k-rows` rows of rhs (k in order: the sums go to acc and come
+        back between blocks) and each block of its columns, every tile of rows, so that
+        block of rhs stays in cache; the last block of columns, partial, masked."""
+        mr, nv = options.tile_rows, max(1, options.tile_row_bytes // vector_bytes)
+        bw, step, kc = cst(nv * width), cst(mr), cst(pack_rows)
+        full = arith.SubIOp(N, arith.RemUIOp(N, bw).result).result
+        mask_t = ir.VectorType.get([width], ir.IntegerType.get_signless(1))
+        pad = arith.ConstantOp(nvtype(vtype), ir.DenseElementsAttr.get_splat(nvtype(vtype), ir.FloatAttr.get(narrow, 0.0)))
+
+        def pack(jb, masked, k_lo, k_hi):
+            js = [arith.AddIOp(jb, cst(v * width)).result for v in range(nv)]
+            masks = [vector.CreateMaskOp(mask_t, [arith.SubIOp(N, j).result]).result for j in js] if masked else []
+            offsets = [cst(v * width) for v in range(nv)]
+
+            def copy_row(k):
+                row = arith.SubIOp(k, k_lo).result
+                for v, (j, o) in enumerate(zip(js, offsets)):
+                    ix = [*rhs_at(b), k, j]
+                    y = vector.MaskedLoadOp(nvtype(vtype), rhs, ix, masks[v], pad.result).result if masked else \
+                        vector.LoadOp(nvtype(vtype), rhs, ix).result
+                    vector.StoreOp(y, packed, [row, o])
+            loop(k_lo, k_hi, one, copy_row)
+        packed = pack_buffer
+
+        def k_block(k_lo):
+            k_hi = arith.MinUIOp(arith.AddIOp(k_lo, kc).result, K).result
+            for lo, hi, masked in ((zero, full, False), (full, N, True)):
+                def column_block(jb, masked=masked):
+                    if packed is not None:
+                        pack(jb, masked, k_lo, k_hi)
+                    loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, packed))
+                loop(lo, hi, bw, column_block)
+        loop(zero, K, kc, k_block)
+
+    use_tiles = options.tile_rows > 1 and slot is None and (acc_t.shape[-2] == DYN or acc_t.shape[-2] >= options.tile_rows)
+    # a block of rhs copied rows back to back, on the stack, once per matmul: rhs rows a
+    # power of two apart (N = 512, 4096) would otherwise fall into a few cache sets and
+    # evict each other while the row tiles read the block
+    k_static = ir.MemRefType(rhs.type).shape[-2]
+    pack_rows = options.tile_k_rows if k_static == DYN else max(1, min(options.tile_k_rows, k_static))
+    pack_type = ir.MemRefType.get([pack_rows, max(1, options.tile_row_bytes // vector_bytes) * width], narrow)
+    pack_buffer = memref.AllocaOp(pack_type, [], []).result if use_tiles and options.pack else None
+
+    def per_batch(b):
+        """Whole tiles of rows (not for a fused matmul, whose copy wants each rhs row
+        once), then each remaining row alone."""
+        mr, rows_end = options.tile_rows, zero
+        if use_tiles:
+            rows_end = arith.SubIOp(I, arith.RemUIOp(I, cst(mr)).result).result
+            if acc_t.shape[-2] != DYN:
+                tiles(b, rows_end)
+            else:  # no block of rhs is copied for no tile
+                if_op = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ugt, rows_end, zero).result)
+                with ir.InsertionPoint(if_op.then_block):
+                    tiles(b, rows_end)
+                    scf.YieldOp([])
+        loop(rows_end, I, one, lambda i: per_row([*b, i]))
+
+    nest(sizes[:-2], per_batch)
 
 

@@ -1,0 +1,82 @@
+"""matmul-loops against -O0's plain loops, bit for bit, at the sizes its loop forms split on.
+
+Every loop form of the pass (register tiles of `tile-rows` rows with a masked last block
+of columns and blocks of k, a decode row with its sums in registers, one rhs row at a
+time with prefetches, eight at a time, the vector, line and scalar tails) sums each
+element over k in ascending order as fmul then fadd, as the reference body does, so
+-O3 and -O0 give the same bits: F32, and F16/BF16 widened to F32 sums and rounded once.
+The sizes: P = 1, 3 (fewer rows than a tile), 4, 5, 33 (whole tiles and a rest); K and N
+not multiples of a vector, N below one vector, one block, and past several; K past one
+block of k; symbolic and static dims; strided views (row stride > N); broadcast batches.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kina
+from conftest import assert_same
+from kina.driver.pipeline import Options
+
+MATMUL = """
+let f = fn[T](x: tensor<T, [P, K], @host>, w: tensor<T, [K, N], @host>) -> (tensor<T, [P, N], @host>) {
+  (x @ w)
+}
+"""
+BATCHED = """
+let f = fn[T](x: tensor<T, [B, P, K], @host>, w: tensor<T, [K, N], @host>) -> (tensor<T, [B, P, N], @host>) {
+  (x @ w)
+}
+"""
+DTYPES = {"F32": np.dtype(np.float32), "F16": np.dtype(np.float16), "BF16": np.dtype(ml_dtypes.bfloat16)}
+# (P, K, N): decode rows and tiles, odd K and N, N < one vector (32 F32), < one tile block (96), > several
+SHAPES = [(1, 5, 3), (1, 576, 192), (1, 33, 577), (3, 17, 100), (4, 8, 32), (5, 9, 129), (33, 65, 200),
+          (8, 600, 96), (6, 1, 40), (2, 40, 7), (9, 16, 1000)]
+
+
+def _compile(source: str, level: int, T: str, dims=()):
+    return kina.compile_source(source, "<matmul-loops>", Options(opt_level=level, dtypes=(("T", T),), dims=dims)).f
+
+
+def _inputs(shapes, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32).astype(dtype) for s in shapes]
+
+
+def _same_at_both_levels(source, T, args, dims=()):
+    got, want = _compile(source, 3, T, dims)(*args)[0], _compile(source, 0, T, dims)(*args)[0]
+    assert_same(got, want, what=f"{T} {[a.shape for a in args]} dims={dims} (-O3 vs -O0)")
+
+
+@pytest.mark.parametrize("T", DTYPES)
+def test_symbolic_dims_agree_at_O0_and_O3(T):
+    o3, o0 = _compile(MATMUL, 3, T), _compile(MATMUL, 0, T)
+    for i, (P, K, N) in enumerate(SHAPES):
+        x, w = _inputs([(P, K), (K, N)], DTYPES[T], i)
+        assert_same(o3(x, w)[0], o0(x, w)[0], what=f"{T} P={P} K={K} N={N} symbolic")
+
+
+@pytest.mark.parametrize("T", DTYPES)
+@pytest.mark.parametrize("P,K,N", [(1, 576, 192), (3, 17, 100), (33, 65, 200), (5, 600, 129), (2, 40, 7)])
+def test_static_dims_agree_at_O0_and_O3(T, P, K, N):
+    _same_at_both_levels(MATMUL, T, _inputs([(P, K), (K, N)], DTYPES[T], P + K + N), dims=(("P", P), ("K", K), ("N", N)))
+
+
+@pytest.mark.parametrize("T", ["F32", "F16"])
+def test_strided_views_agree_at_O0_and_O3(T):
+    """Operands whose rows are farther apart than their length (a slice of a wider array):
+    the loops read them at their own strides."""
+    o3, o0 = _compile(MATMUL, 3, T), _compile(MATMUL, 0, T)
+    for i, (P, K, N) in enumerate([(1, 100, 70), (5, 33, 129), (33, 64, 40)]):
+        xb, wb = _inputs([(P, K + 3), (K, N + 67)], DTYPES[T], i)
+        x, w = xb[:, 1:K + 1], wb[:, 5:N + 5]
+        assert w.strides[0] != N * w.itemsize
+        assert_same(o3(x, w)[0], o0(x, w)[0], what=f"{T} P={P} K={K} N={N} strided")
+
+
+@pytest.mark.parametrize("T", ["F32", "F16"])
+def test_broadcast_batches_agree_at_O0_and_O3(T):
+    """x[B, P, K] @ W[K, N], the model's projections: each batch in the same loops."""
+    for i, (B, P, K, N) in enumerate([(2, 1, 40, 100), (3, 5, 17, 33), (2, 8, 64, 200)]):
+        _same_at_both_levels(BATCHED, T, _inputs([(B, P, K), (K, N)], DTYPES[T], i))
