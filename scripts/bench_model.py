@@ -127,7 +127,8 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
         t = time.perf_counter()
         k = engines.KinaEngine(args.folder, {"F32": np.float32, "F16": np.float16}[dt], n_ctx)
         print(f"Kina {dt}: loaded and compiled (or a compile-cache hit) in {time.perf_counter() - t:.1f} s")
-        rows[f"Kina {dt} 1T"] = (lambda k=k: k.run(args.prompt_ids, args.new), dt, 1)
+        for n in args.threads:
+            rows[f"Kina {dt} {n}T"] = (lambda k=k, n=n: k.run(args.prompt_ids, args.new, n), dt, n)
     tf = engines.TransformersEngine(args.folder)
     versions["transformers"], versions["torch"] = tf.version, tf.torch.__version__
     for n in args.threads:

@@ -36,7 +36,7 @@ def test_tiny_shape_table_and_tokens(tmp_path):
     rows = [ROW.match(line) for line in proc.stdout.splitlines() if re.match(r"\| (Kina|transformers|llama)", line)]
     assert all(rows), proc.stdout
     names = [(m[1], m[2], m[3]) for m in rows]
-    want = [("Kina", "F32", "1"), ("Kina", "F16", "1"), ("transformers", "F32", "1"), ("transformers", "F32", "2")]
+    want = [("Kina", dt, n) for dt in ("F32", "F16") for n in ("1", "2")] + [("transformers", "F32", "1"), ("transformers", "F32", "2")]
     if llama_cpp_installed():
         want += [("llama.cpp", dt, n) for dt in ("F32", "F16") for n in ("1", "2")]
     else:

@@ -198,13 +198,15 @@ def result(tokens, logits, seconds) -> dict:
 
 
 class KinaEngine:
-    """kina.models.hf.load_pretrained(folder, dtype); greedy through StoryLM.trace, on one thread."""
+    """kina.models.hf.load_pretrained(folder, dtype); greedy through StoryLM.trace on `threads`
+    threads (StoryLM.threads, set per run: left unset it would be the machine's cores)."""
 
     def __init__(self, folder: Path, dtype, max_seq_len: int):
         from kina.models.hf import load_pretrained
         self.model = load_pretrained(folder, dtype=dtype, max_seq_len=max_seq_len)
 
-    def run(self, prompt, n_new) -> dict:
+    def run(self, prompt, n_new, threads: int = 1) -> dict:
+        self.model.threads = threads
         g = self.model.trace(prompt, n_new)
         return result(g.tokens, list(g.logits.astype(np.float32)), g.step_seconds)
 
