@@ -17,7 +17,6 @@ PyTorch's own bfloat16 step. Exits non-zero on any mismatch.
 """
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
