@@ -11,7 +11,7 @@ seeded random weights (gains perturbed), written with save_pretrained in F32 und
 build/bench_model/ and reused while its stamp matches. Every engine loads that folder:
 
 - Kina: kina.models.hf.load_pretrained(folder, dtype) in F32 and F16, the StoryLM whose
-  every layer step is one compiled Kina call; one thread.
+  every layer step is one compiled Kina call, at each of --threads threads.
 - transformers: LlamaForCausalLM.from_pretrained(folder), eager attention, F32, its own
   KV cache, at each of --threads torch threads.
 - llama.cpp (llama-cpp-python, the [llama] extra; skipped with a note when missing): F32
@@ -74,7 +74,7 @@ def parse_args(argv=None):
     p.add_argument("--new", type=int, default=64, help="tokens generated (default 64)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs of each engine, interleaved (default 3)")
     p.add_argument("--threads", type=rep.positive_ints, default="1,2",
-                   help="thread counts of transformers and llama.cpp (default 1,2); Kina runs on one")
+                   help="thread counts every engine runs at (default 1,2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bw-passes", type=int, default=4,
                    help="read-bandwidth passes on each thread count, before the runs and again after (default 4)")

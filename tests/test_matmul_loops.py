@@ -80,3 +80,55 @@ def test_broadcast_batches_agree_at_O0_and_O3(T):
     """x[B, P, K] @ W[K, N], the model's projections: each batch in the same loops."""
     for i, (B, P, K, N) in enumerate([(2, 1, 40, 100), (3, 5, 17, 33), (2, 8, 64, 200)]):
         _same_at_both_levels(BATCHED, T, _inputs([(B, P, K), (K, N)], DTYPES[T], i))
+
+
+TIED = """
+let f = fn[T](t: tensor<T, [V, D], @host>, x: tensor<T, [B, D], @host>) -> (tensor<T, [B, V], @host>) {
+  (transpose[perm=[1, 0]] (t @ transpose[perm=[1, 0]] x))
+}
+"""
+BATCHED_TIED = """
+let f = fn[T](t: tensor<T, [V, D], @host>, x: tensor<T, [H, B, D], @host>) -> (tensor<T, [H, V, B], @host>) {
+  (t @ transpose[perm=[0, 2, 1]] x)
+}
+"""
+
+
+@pytest.mark.parametrize("T", DTYPES)
+def test_rows_dotted_with_a_transposed_rhs_agree_at_O0_and_O3(T):
+    """table[V, D] @ x[B, D]ᵀ (a tied head): rhs columns run along k, so the rows are
+    summed as dot products, `lanes` rows at a time through a square transposed in
+    registers; V and D on and off whole blocks, B = 1 and more, symbolic and static."""
+    o3, o0 = _compile(TIED, 3, T), _compile(TIED, 0, T)
+    for i, (V, D, B) in enumerate([(16, 16, 1), (40, 37, 1), (100, 576, 1), (33, 5, 3), (7, 64, 2), (64, 1, 1)]):
+        t, x = _inputs([(V, D), (B, D)], DTYPES[T], i)
+        assert_same(o3(t, x)[0], o0(t, x)[0], what=f"{T} V={V} D={D} B={B} transposed rhs")
+    V, D, B = 200, 96, 1
+    t, x = _inputs([(V, D), (B, D)], DTYPES[T], 9)
+    _same_at_both_levels(TIED, T, [t, x], dims=(("V", V), ("D", D), ("B", B)))
+    if T != "BF16":  # strided rows: a slice of a wider table
+        tb, x = _inputs([(50, 70), (2, 40)], DTYPES[T], 10)
+        assert_same(o3(tb[:, 3:43], x)[0], o0(tb[:, 3:43], x)[0], what=f"{T} strided table rows")
+    for i, (H, V, D, B) in enumerate([(2, 48, 20, 1), (3, 17, 33, 2)]):
+        _same_at_both_levels(BATCHED_TIED, T, _inputs([(V, D), (H, B, D)], DTYPES[T], 20 + i))
+
+
+LINEAR = """
+let f = fn[T](x: tensor<T, [P, K], @host>, w: tensor<T, [N, K], @host>) -> (tensor<T, [P, N], @host>) {
+  (x @ transpose[perm=[1, 0]] w)
+}
+"""
+
+
+@pytest.mark.parametrize("T", DTYPES)
+def test_x_times_a_transposed_weight_agrees_at_O0_and_O3(T):
+    """x[P, K] @ W[N, K]ᵀ (PyTorch's Linear layout): rhs columns run along k; the side
+    with more rows is blocked (W's rows for a decode row, x's for a long prompt), chosen
+    at run time when sizes are symbolic, statically otherwise."""
+    o3, o0 = _compile(LINEAR, 3, T), _compile(LINEAR, 0, T)
+    for i, (P, K, N) in enumerate([(1, 576, 100), (1, 16, 16), (3, 40, 33), (40, 20, 3), (17, 33, 17), (2, 5, 1)]):
+        x, w = _inputs([(P, K), (N, K)], DTYPES[T], 30 + i)
+        assert_same(o3(x, w)[0], o0(x, w)[0], what=f"{T} P={P} K={K} N={N} x @ Wᵀ")
+    for P, K, N in [(1, 64, 48), (40, 24, 5)]:
+        _same_at_both_levels(LINEAR, T, _inputs([(P, K), (N, K)], DTYPES[T], P * N),
+                             dims=(("P", P), ("K", K), ("N", N)))

@@ -380,15 +380,15 @@ func.func @stretched(%q: memref<2x3x1x16xf32>, %k: memref<1x3x16x40xf32>, %acc: 
   return
 }
 
-// Not rewritten: a rhs whose innermost dim is not unit-strided (the loops load whole
-// vectors along it); convert-linalg-to-loops lowers it later.
+// Not rewritten: a rhs unit-strided neither along j (the loops load whole vectors
+// along it) nor along k (the transposed form's rows); convert-linalg-to-loops lowers it later.
 // CHECK-LABEL: func.func @strided_rhs(
 // CHECK-NOT:     scf.for
 // CHECK:         linalg.generic
 // CHECK:         return
-func.func @strided_rhs(%q: memref<1x4xf32>, %k: memref<4x64xf32, strided<[1, 4]>>, %acc: memref<1x64xf32>) {
+func.func @strided_rhs(%q: memref<1x4xf32>, %k: memref<4x64xf32, strided<[128, 2]>>, %acc: memref<1x64xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
-      ins(%q, %k : memref<1x4xf32>, memref<4x64xf32, strided<[1, 4]>>) outs(%acc : memref<1x64xf32>) {
+      ins(%q, %k : memref<1x4xf32>, memref<4x64xf32, strided<[128, 2]>>) outs(%acc : memref<1x64xf32>) {
   ^bb0(%x: f32, %y: f32, %s: f32):
     %m = arith.mulf %x, %y : f32
     %r = arith.addf %s, %m : f32
@@ -542,6 +542,98 @@ func.func @tiles(%x: memref<9x16xf32>, %w: memref<16x100xf32>, %acc: memref<9x10
 func.func @prefetch(%x: memref<3x16xf32>, %w: memref<16x192xf32>, %acc: memref<3x192xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
       ins(%x, %w : memref<3x16xf32>, memref<16x192xf32>) outs(%acc : memref<3x192xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// rhs columns that run along k, as lhs rows do (a tied head: table @ xᵀ, x transposed
+// by a view): each output is a dot product of two k-contiguous rows. 16 rows (one
+// line of F32 sums) at a time: each step of k loads 16 k of every row side by side,
+// prefetches the next block's same lines, transposes the 16x16 square in registers
+// (4 rounds of 16 two-source shuffles), then adds its columns to the block's vector of
+// sums one k after another; the k past the last whole square, one at a time; the rows
+// past the last whole block, as scalar dot products. Each sum in k order, as -O0.
+// CHECK-LABEL: func.func @transposed(
+// CHECK-SAME:    %[[T:[^:]+]]: memref<40x20xf32>, %[[X:[^:]+]]: memref<20x1xf32, strided<[1, 20]>>, %[[ACC:[^:]+]]: memref<40x1xf32>)
+// CHECK-NOT:     linalg.generic
+// CHECK:         scf.for %[[I0:.+]] = %{{.+}} to %{{.+}} step %c16
+// CHECK-NEXT:      scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK-COUNT-16:    memref.load %[[ACC]]
+// CHECK:             %[[START:.+]] = vector.from_elements {{.+}} : vector<16xf32>
+// CHECK:             %[[SUMS:.+]] = scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %c16{{.*}} iter_args(%[[S:.+]] = %[[START]]) -> (vector<16xf32>) {
+// CHECK-COUNT-16:      memref.prefetch %[[T]][%{{.+}}, %[[K0]]], read, locality<3>, data
+// CHECK-NEXT:          %[[R0:.+]] = vector.load %[[T]][%[[I0]], %[[K0]]] : memref<40x20xf32>, vector<16xf32>
+// CHECK-COUNT-15:      vector.load %[[T]][%{{.+}}, %[[K0]]]
+// CHECK-NEXT:          vector.shuffle %[[R0]], %{{.+}} [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23]
+// CHECK-COUNT-63:      vector.shuffle
+// CHECK-NEXT:          %[[Y0:.+]] = memref.load %[[X]][%[[K0]], %[[J]]]
+// CHECK-NEXT:          %[[YV0:.+]] = vector.broadcast %[[Y0]] : f32 to vector<16xf32>
+// CHECK-NEXT:          %[[P0:.+]] = arith.mulf %{{.+}}, %[[YV0]] : vector<16xf32>
+// CHECK-NEXT:          %[[S1:.+]] = arith.addf %[[S]], %[[P0]] : vector<16xf32>
+// CHECK:               %[[P1:.+]] = arith.mulf
+// CHECK-NEXT:          arith.addf %[[S1]], %[[P1]] : vector<16xf32>
+// CHECK:               scf.yield
+// CHECK:             %[[ALL:.+]] = scf.for %[[K:.+]] = %{{.+}} to %c20 step %c1 iter_args(%[[S2:.+]] = %[[SUMS]])
+// CHECK-COUNT-16:      memref.load %[[T]][%{{.+}}, %[[K]]]
+// CHECK:               vector.from_elements
+// CHECK:             %[[L0:.+]] = vector.extract %[[ALL]][0]
+// CHECK-NEXT:        memref.store %[[L0]], %[[ACC]][%[[I0]], %[[J]]]
+// CHECK:         scf.for %[[I:.+]] = %{{.+}} to %c40 step %c1 {
+// CHECK:             scf.for %{{.+}} = %c0 to %c20 step %c1 iter_args(%{{.+}}) -> (f32) {
+// CHECK:         return
+func.func @transposed(%t: memref<40x20xf32>, %x: memref<20x1xf32, strided<[1, 20]>>, %acc: memref<40x1xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%t, %x : memref<40x20xf32>, memref<20x1xf32, strided<[1, 20]>>) outs(%acc : memref<40x1xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// The same with F16 operands and F32 sums: rhs is widened once into an F32 copy
+// (every block reads all of it), the rows' vectors are widened as loaded.
+// CHECK-LABEL: func.func @transposed_widening(
+// CHECK:         %[[YS:.+]] = memref.alloc() : memref<20x1xf32>
+// CHECK:         arith.extf %{{.+}} : f16 to f32
+// CHECK:         memref.store %{{.+}}, %[[YS]]
+// CHECK:         vector.load %{{.+}} : memref<40x20xf16>, vector<16xf16>
+// CHECK-NEXT:    arith.extf %{{.+}} : vector<16xf16> to vector<16xf32>
+// CHECK:         memref.load %[[YS]]
+// CHECK:         return
+func.func @transposed_widening(%t: memref<40x20xf16>, %x: memref<20x1xf16, strided<[1, 20]>>, %acc: memref<40x1xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%t, %x : memref<40x20xf16>, memref<20x1xf16, strided<[1, 20]>>) outs(%acc : memref<40x1xf32>) {
+  ^bb0(%a: f16, %b: f16, %s: f32):
+    %ea = arith.extf %a : f16 to f32
+    %eb = arith.extf %b : f16 to f32
+    %m = arith.mulf %ea, %eb : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// x @ Wᵀ with more columns than rows (a decode row against W[N, K], PyTorch's
+// layout): rhs's columns are the blocked rows, read through a view that swaps its
+// last two dims; each lane is one output column, x's value at k broadcast.
+// CHECK-LABEL: func.func @linear(
+// CHECK-SAME:    %[[X:[^:]+]]: memref<1x20xf32>, %[[W:[^:]+]]: memref<20x40xf32, strided<[1, 20]>>, %[[ACC:[^:]+]]: memref<1x40xf32>)
+// CHECK:         %[[ROWS:.+]] = memref.transpose %[[W]] (d0, d1) -> (d1, d0) : memref<20x40xf32, strided<[1, 20]>> to memref<40x20xf32, strided<[20, 1]>>
+// CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c16
+// CHECK:           vector.load %[[ROWS]][%[[J0]], %{{.+}}] : memref<40x20xf32, strided<[20, 1]>>, vector<16xf32>
+// CHECK:           vector.shuffle
+// CHECK:           memref.load %[[X]][%{{.+}}, %{{.+}}] : memref<1x20xf32>
+// CHECK:           memref.store %{{.+}}, %[[ACC]][%{{.+}}, %[[J0]]]
+// CHECK:         return
+func.func @linear(%x: memref<1x20xf32>, %w: memref<20x40xf32, strided<[1, 20]>>, %acc: memref<1x40xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<1x20xf32>, memref<20x40xf32, strided<[1, 20]>>) outs(%acc : memref<1x40xf32>) {
   ^bb0(%a: f32, %b: f32, %s: f32):
     %m = arith.mulf %a, %b : f32
     %r = arith.addf %s, %m : f32

@@ -139,6 +139,17 @@ def unit_innermost(t: ir.Type) -> bool:
         return False
 
 
+def stride_of(t: ir.Type, a: int) -> int | None:
+    """The static stride of dim `a` of memref `t` (None when it is dynamic or the layout is not strided)."""
+    if not isinstance(t, ir.MemRefType) or t.rank == 0:
+        return None
+    try:
+        stride = t.get_strides_and_offset()[0][a]
+    except RuntimeError:  # a layout that is not strided
+        return None
+    return None if stride == ir.ShapedType.get_dynamic_stride_or_offset() else stride
+
+
 def functions(module_op) -> list:
     """The func.func ops at the top of `module_op`."""
     return [op for op in module_op.regions[0].blocks[0].operations if isinstance(op, func.FuncOp)]

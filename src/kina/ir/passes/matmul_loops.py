@@ -66,6 +66,20 @@ A matmul whose batch dims broadcast (`x[B, S, 512] @ W[512, N]`, or a batch dim 
 size 1 stretched) runs the same loops, reading each operand at its own batch
 indices (index 0 along a stretched dim): the same order, the same bits.
 
+A matmul whose rhs runs along k as its lhs does (a transposed view: a tied head's
+table[V, D] @ xᵀ, or x @ W[N, K]ᵀ) is dot products of rows. The side with more rows
+goes `lanes` of them at a time (one 64-byte line of sums, 16 for F32):
+
+    scf.for %k0 = 0 to K step 16 iter_args(%sums = <acc[i0..i0+15, j]>) {
+      memref.prefetch %t[%i0 + 16 + r, %k0]  ...               // the next block's lines
+      %r0 = vector.load %t[%i0, %k0] ... %r15 = vector.load %t[%i0 + 15, %k0]
+      %c0, ..., %c15 = 4 rounds of 16 vector.shuffle's of %r0..%r15   // the square, transposed
+      %sums' = ((%sums + %c0 * x[%k0]) + %c1 * x[%k0 + 1]) ... + %c15 * x[%k0 + 15]
+    }
+
+so lane r sums row r in k order, as the plain loops do; the last k and rows go one
+at a time. F16/BF16 rows are widened as loaded, the other side once into an F32 copy.
+
 A widening matmul (F16 or BF16 operands, F32 sums: the reference body extends x and
 y) runs the same loops, each loaded vector (and each lhs scalar) extended once, then
 the F32 multiply and add; it reads half the bytes of an F32 one.
@@ -90,7 +104,8 @@ from mlir.dialects import arith, linalg, math, memref, scf, vector
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
-from ._util import NO_MATCH, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, unit_innermost
+from ._util import NO_MATCH, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, stride_of, \
+    unit_innermost
 
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
 
@@ -142,26 +157,167 @@ class MatmulLoops(KinaPass):
             if kind is None:
                 return NO_MATCH
             with rewriter.ip, op.location:
-                _emit(op, self, 1 if kind == "fused" else self.unroll)
+                if kind == "transposed":
+                    _emit_transposed(op, self)
+                else:
+                    _emit(op, self, 1 if kind == "fused" else self.unroll)
             rewriter.erase_op(op.operation)
         apply_patterns(module_op, {linalg.GenericOp: matmul})
 
 
 def _kind(op) -> str | None:
     """The matmul form of `op` (`matmul_form`) if these loops can take it: on memrefs
-    of float element types, each unit-strided along its innermost dim (the loops load
-    whole vectors along it), and either all of one type or, "widening", two operands
-    of one narrower type (F16, BF16) summed into a wider one, not fused."""
+    of float element types, either all of one type or (not fused) two operands of one
+    narrower type (F16, BF16) summed into a wider one; "transposed" when lhs and rhs
+    are both unit-strided along k (not fused), else each unit-strided along its
+    innermost dim (the loops load whole vectors along it), "widening" if narrower."""
     form = matmul_form(op)
     if form is None:
         return None
     operands = list(op.operands)
-    if not all(unit_innermost(v.type) and isinstance(v.type.element_type, ir.FloatType) for v in operands):
+    if not all(isinstance(v.type, ir.MemRefType) and isinstance(v.type.element_type, ir.FloatType) for v in operands):
         return None
     lhs, rhs, acc = (v.type.element_type for v in operands[:3])
-    if lhs == rhs == acc:
-        return form
-    return "widening" if lhs == rhs and form != "fused" and lhs.width < acc.width else None
+    if not (lhs == rhs == acc or (lhs == rhs and form != "fused" and lhs.width < acc.width)):
+        return None
+    rhs_t = ir.MemRefType(operands[1].type)
+    if form != "fused" and unit_innermost(operands[0].type) and stride_of(rhs_t, rhs_t.rank - 2) == 1 and \
+            (not unit_innermost(rhs_t) or rhs_t.shape[-1] == 1):
+        return "transposed"  # rhs columns run along k, as lhs rows do: dot products of rows
+    if not all(unit_innermost(v.type) for v in operands):
+        return None
+    return form if lhs == rhs == acc else "widening"
+
+
+def transpose_in_registers(rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of the square block whose rows are `rows` (n vectors of n lanes, n a
+    power of two): column c's lane r is row r's lane c. log2(n) rounds of two-source
+    shuffles, each swapping the off-diagonal h x h blocks of every 2h x 2h block, for
+    h = n/2, ..., 1; values are moved, never computed."""
+    n = len(rows)
+    h = n // 2
+    while h >= 1:
+        low = [c if not c & h else n + c - h for c in range(n)]   # row i takes row i+h's low half of each 2h
+        high = [c + h if not c & h else n + c for c in range(n)]  # row i+h takes row i's high half
+        out = list(rows)
+        for i in (i for i in range(n) if not i & h):
+            out[i] = vector.ShuffleOp(rows[i], rows[i + h], low).result
+            out[i + h] = vector.ShuffleOp(rows[i], rows[i + h], high).result
+        rows, h = out, h // 2
+    return rows
+
+
+def _emit_transposed(op, options: MatmulLoops) -> None:
+    """acc[b, i, j] += sum over k of lhs[b, i, k] * rhs[b, k, j] where both run along k
+    (rhs a transposed view: a tied head's table @ xᵀ, or x @ Wᵀ), as dot products of
+    k-contiguous rows, each summed in k order. The rows of the longer side (lhs's, or
+    rhs's columns when there are more of them; decided at run time when a size is
+    symbolic) go a block of `lanes` (one line of sums) at a time: each step of
+    k loads `lanes` consecutive k of every row of the block (one line of each, read side
+    by side, prefetching the next block's), transposes that square in registers, and
+    adds its columns to the block's vector of sums one k after another, each times the
+    other side's value at that k: lane r holds row r's sum in k order, as the plain
+    loops have it. The remaining k, and the rows past the last whole block, go one
+    element at a time."""
+    lhs, rhs = list(op.inputs)
+    acc = list(op.outputs)[0]
+    acc_t = ir.MemRefType(acc.type)
+    rank, elt = acc_t.rank, acc_t.element_type
+    narrow = ir.MemRefType(lhs.type).element_type
+    cst, zero, one = index, index(0), index(1)
+    sizes = [dim(acc, a) for a in range(rank)]
+    K, I, N = dim(lhs, ir.MemRefType(lhs.type).rank - 1), sizes[-2], sizes[-1]
+    k_static = ir.MemRefType(lhs.type).shape[-1]
+    lhs_batch, rhs_batch = (batch_indices(m, rank - 2, side) for m, side in zip(maps_of(op), ("lhs", "rhs")))
+    lhs_at = lambda b: [b[p] if p is not None else zero for p in lhs_batch]
+    rhs_at = lambda b: [b[p] if p is not None else zero for p in rhs_batch]
+    lanes = max(2, NT_ALIGN // (elt.width // 8))
+    vt, nvt = ir.VectorType.get([lanes], elt), ir.VectorType.get([lanes], narrow)
+    widen = (lambda v: v) if narrow == elt else (lambda v: arith.ExtFOp(
+        ir.VectorType.get(v.type.shape, elt) if isinstance(v.type, ir.VectorType) else elt, v).result)
+    mac = (lambda a, x, y: math.FmaOp(x, y, a).result) if options.fma else \
+        (lambda a, x, y: arith.AddFOp(a, arith.MulFOp(x, y).result).result)
+    rest = lambda n, w: arith.SubIOp(n, arith.RemUIOp(n, cst(w)).result).result  # n rounded down to w's multiple
+    k_main = rest(K, lanes)
+
+    def rows_of_rhs():
+        """rhs as rows along k: a view with its last two dims swapped."""
+        t = ir.MemRefType(rhs.type)
+        perm = [*range(t.rank - 2), t.rank - 1, t.rank - 2]
+        strides, offset = t.get_strides_and_offset()
+        view = ir.MemRefType.get([t.shape[p] for p in perm], t.element_type,
+                                 ir.StridedLayoutAttr.get(offset, [strides[p] for p in perm]))
+        return memref.TransposeOp(view, rhs, ir.AffineMapAttr.get(ir.AffineMap.get_permutation(perm))).result
+
+    def blocked(along: str):
+        """The loops with the rows of lhs ("i") or of rhs_rows ("j") in blocks."""
+        if along == "i":  # rows r of lhs, other side c a column of rhs
+            rows_of, rows_at, R, C = lhs, lhs_at, I, N
+            other = lambda b, k, c: memref.LoadOp(rhs, [*rhs_at(b), k, c]).result
+            at = lambda b, r, c: [*b, r, c]
+            c_static = acc_t.shape[-1]
+        else:  # rows r of rhs (its columns), other side c a row of lhs
+            rows_of, rows_at, R, C = rows_of_rhs(), rhs_at, N, I
+            other = lambda b, k, c: memref.LoadOp(lhs, [*lhs_at(b), c, k]).result
+            at = lambda b, r, c: [*b, c, r]
+            c_static = acc_t.shape[-2]
+        r_main, R_last = rest(R, lanes), arith.SubIOp(R, one).result
+        prefetch = options.prefetch_bytes > 0
+
+        def block(b, r0, c, ys):
+            rows = [r0] + [arith.AddIOp(r0, cst(r)).result for r in range(1, lanes)]
+            y_at = lambda k: vector.BroadcastOp(vt, memref.LoadOp(ys, [k, c]).result if ys is not None else
+                                                other(b, k, c)).result
+            ahead = [arith.MinUIOp(arith.AddIOp(r, cst(lanes)).result, R_last).result for r in rows]
+
+            def square(k0, sums):
+                if prefetch:  # the next block's same lines: each of its rows one stream ahead
+                    for r in ahead:
+                        memref.PrefetchOp(rows_of, [*rows_at(b), r, k0], False, 3, True)
+                cols = transpose_in_registers(
+                    [widen(vector.LoadOp(nvt, rows_of, [*rows_at(b), r, k0]).result) for r in rows])
+                for k, col in enumerate(cols):
+                    sums = mac(sums, col, y_at(arith.AddIOp(k0, cst(k)).result if k else k0))
+                return [sums]
+
+            def single_k(k, sums):
+                col = vector.FromElementsOp(nvt, [memref.LoadOp(rows_of, [*rows_at(b), r, k]).result
+                                                  for r in rows]).result
+                return [mac(sums, widen(col), y_at(k))]
+            start = vector.FromElementsOp(vt, [memref.LoadOp(acc, at(b, r, c)).result for r in rows]).result
+            sums = loop(zero, k_main, cst(lanes), square, [start])
+            sums = loop(k_main, K, one, single_k, sums)[0]
+            for lane, r in enumerate(rows):
+                memref.StoreOp(vector.ExtractOp(sums, [], [lane]).result, acc, at(b, r, c))
+
+        def single_row(b, r, c):
+            def add(k, a):
+                x = widen(memref.LoadOp(rows_of, [*rows_at(b), r, k]).result)
+                return [mac(a, x, widen(other(b, k, c)))]
+            total = loop(zero, K, one, add, [memref.LoadOp(acc, at(b, r, c)).result])[0]
+            memref.StoreOp(total, acc, at(b, r, c))
+
+        def per_batch(b):
+            ys = None
+            if narrow != elt:  # the other side widened once (every block reads all of it); deallocate frees it
+                dyn = [v for v, n in ((K, k_static), (C, c_static)) if n == DYN]
+                ys = memref.AllocOp(ir.MemRefType.get([k_static, c_static], elt), dyn, []).result
+                nest([K, C], lambda kc: memref.StoreOp(widen(other(b, *kc)), ys, kc))
+            # a block of rows against every c in turn: the block is read from memory once,
+            # from cache for the other c's
+            loop(zero, r_main, cst(lanes), lambda r0: loop(zero, C, one, lambda c: block(b, r0, c, ys)))
+            loop(r_main, R, one, lambda r: loop(zero, C, one, lambda c: single_row(b, r, c)))
+
+        nest(sizes[:-2], per_batch)
+
+    n_static, i_static = acc_t.shape[-1], acc_t.shape[-2]
+    if DYN not in (n_static, i_static):
+        return blocked("j" if n_static > i_static else "i")
+    if_op = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ugt, N, I).result, has_else=True)
+    for where, along in ((if_op.then_block, "j"), (if_op.else_block, "i")):
+        with ir.InsertionPoint(where):
+            blocked(along)
+            scf.YieldOp([])
 
 
 def _emit(op, options: MatmulLoops, unroll: int) -> None:
