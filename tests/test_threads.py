@@ -173,9 +173,11 @@ def test_storylm_tokens_and_logits_are_bit_identical_on_1_2_and_3_threads(model)
         for _ in range(12):
             tokens.append(int(np.argmax(logits[-1])))
             logits.append(model.step(tokens[-1], cache))
+        logits.append(model.prefill(list(range(20, 37)), cache))  # a second chunk, after 17 cached positions
         results[threads] = tokens, np.stack(logits)
     model.threads = 1
-    assert model._kernels.decoder_step.threaded and model._kernels.logits.threaded
+    kernels = model._kernels
+    assert kernels.decoder_step.threaded and kernels.decoder_prefill.threaded and kernels.logits.threaded
     for threads in (2, 3):
         assert results[threads][0] == results[1][0]
         assert np.array_equal(results[threads][1], results[1][1])

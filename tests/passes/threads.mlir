@@ -128,3 +128,51 @@ func.func @kina_empty(%x: memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>, %out
   linalg.copy ins(%x : memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>) outs(%out0 : memref<0x0x?xf32, strided<[?, ?, 1], offset: ?>>)
   return
 }
+
+// A temporary sized from a view of an earlier one (bufferization sizes an alloc by
+// memref.dim of what it copies): the dim is folded to the size the view holds, so
+// the workspace size is computed from the arguments, and the function is taken.
+// CHECK-LABEL: func.func @kina_h_threaded(
+// CHECK:         %[[P:.+]] = memref.dim %arg0, %{{.+}} : memref<1x?x192xf32, strided<[?, 192, 1], offset: ?>>
+// CHECK:         memref.view %{{.+}}[%{{.+}}][%[[P]]] : memref<?xi8> to memref<1x?x192xf32>
+// CHECK:         memref.view %{{.+}}[%{{.+}}][%[[P]]] : memref<?xi8> to memref<1x?x3x64xf32>
+// CHECK:         return
+// CHECK-LABEL: func.func @kina_h_workspace(
+// CHECK-SAME:    %[[X:[^:]+]]: memref<1x?x192xf32, strided<[?, 192, 1], offset: ?>>, %{{.+}}) -> index
+// CHECK:         memref.dim %[[X]], %{{.+}} : memref<1x?x192xf32, strided<[?, 192, 1], offset: ?>>
+// CHECK-NOT:     memref.view
+// CHECK:         return
+func.func @kina_h(%x: memref<1x?x192xf32, strided<[?, 192, 1], offset: ?>>, %out0: memref<1x?x3x64xf32>) attributes {llvm.emit_c_interface} {
+  %c1 = arith.constant 1 : index
+  %p = memref.dim %x, %c1 : memref<1x?x192xf32, strided<[?, 192, 1], offset: ?>>
+  %t = memref.alloc(%p) : memref<1x?x192xf32>
+  memref.copy %x, %t : memref<1x?x192xf32, strided<[?, 192, 1], offset: ?>> to memref<1x?x192xf32>
+  %e = memref.expand_shape %t [[0], [1], [2, 3]] output_shape [1, %p, 3, 64] : memref<1x?x192xf32> into memref<1x?x3x64xf32>
+  %n = memref.dim %e, %c1 : memref<1x?x3x64xf32>
+  %u = memref.alloc(%n) : memref<1x?x3x64xf32>
+  memref.copy %e, %u : memref<1x?x3x64xf32> to memref<1x?x3x64xf32>
+  memref.copy %u, %out0 : memref<1x?x3x64xf32> to memref<1x?x3x64xf32>
+  return
+}
+
+// A prefill matmul, x[1, P, 576] @ W[576, 1536] with P symbolic: cut along its rows,
+// every part would read all of W; along its columns, all of x (P x 576, far less at
+// any prompt length the split counts on). The op is cut where the parts re-read the
+// fewest bytes: W's columns.
+// CHECK-LABEL: func.func @kina_p_threaded(
+// CHECK:         scf.while
+// CHECK:           %[[W:.+]] = memref.subview %arg1[0, %{{.+}}] [576, %{{.+}}] [1, 1]
+// CHECK:           linalg.fill
+// CHECK:           linalg.generic {{.*}} ins(%arg0, %[[W]] :
+// CHECK:         return
+func.func @kina_p(%x: memref<1x?x576xf32, strided<[?, ?, 1], offset: ?>>, %w: memref<576x1536xf32, strided<[?, 1], offset: ?>>, %out0: memref<1x?x1536xf32, strided<[?, ?, 1], offset: ?>>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x?x1536xf32, strided<[?, ?, 1], offset: ?>>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%x, %w : memref<1x?x576xf32, strided<[?, ?, 1], offset: ?>>, memref<576x1536xf32, strided<[?, 1], offset: ?>>) outs(%out0 : memref<1x?x1536xf32, strided<[?, ?, 1], offset: ?>>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

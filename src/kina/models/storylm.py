@@ -374,7 +374,7 @@ class StoryLM(Decoder):
                 [x, *self._layers[i], cos, sin, k_past, v_past, self._eps, self._scale], outs, self._threads())
         else:
             self._kernels.decoder_prefill.call_unchecked(
-                [x, *self._layers[i], cos, sin, k_past, v_past, mask, self._eps, self._scale], outs)
+                [x, *self._layers[i], cos, sin, k_past, v_past, mask, self._eps, self._scale], outs, self._threads())
 
     def _logits(self, x) -> np.ndarray:
         """The logits [V] after the last position of x [1, P, D]."""

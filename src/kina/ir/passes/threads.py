@@ -31,9 +31,10 @@ any thread may claim any part, but a runtime may.)
 
 The function's ops that touch memory become tasks, in order. A linalg.generic, fill
 or copy that moves at least `min-bytes` per part is split along one parallel loop
-that indexes every output (the outermost of at least 16, else the longest), with
-the fill of its output if one comes just before: a part is a range of that loop
-(a subview of every operand it indexes; the others whole), so no reduction is ever
+that indexes every output (of those of at least 16, the one whose parts re-read the
+fewest bytes, then the outermost; else the longest), with the fill of its output if
+one comes just before: a part is a range of that loop (a subview of every operand it
+indexes; the others whole, read by every part), so no reduction is ever
 split, and a task has at most 2 parts per thread. A run of ops too small to split,
 or other structured ops, is one task of one part; an op of unknown effects is one
 too, after every task before it and before every task after. Ops without memory
@@ -48,7 +49,8 @@ functions). Buffers are told apart by their root (a parameter, or a temporary,
 through views); distinct parameters do not overlap (the runtime's rule).
 Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
 workspace `%ws` (two counters per task, each on its own cache line, then every
-temporary at a 64-byte boundary, none reused), whose size `kina_<f>_workspace`
+temporary at a 64-byte boundary, none reused; a `memref.dim` of a temporary, or of a
+view that holds the size, first becomes that size), whose size `kina_<f>_workspace`
 computes from the same arguments; the caller zeroes it before each call and passes
 it to every thread.
 
@@ -77,6 +79,7 @@ from ._util import functions, iterators_of, maps_of
 
 ALIGN_BYTES = 64  # each temporary starts on a cache line, as memref.alloc's alignment gave it
 CLAIM, DONE, WAIT = "kina_claim", "kina_done", "kina_wait"  # kina_threads.c
+SYMBOLIC_EXTENT = 64  # what a symbolic dim counts as when splits are compared (a prompt's length, say)
 PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
 
 # ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
@@ -165,6 +168,38 @@ def _thread(fn, name: str, opts: "Threads") -> bool:
         clone.erase()
         return False
     return True
+
+
+def _dynamic_size(src: ir.Value, a: int) -> ir.Value | None:
+    """The value that is dim `a` of `src` when `src` is an allocation or a view that
+    holds it as an operand (as memref.dim folds them), following views through; None
+    when it is static, or not held."""
+    t = ir.MemRefType(src.type)
+    if not isinstance(src, ir.OpResult) or t.shape[a] != DYN:
+        return None
+    op = src.owner.opview
+    if isinstance(op, (memref.AllocOp, memref.ViewOp)):
+        sizes, static = list(op.dynamicSizes if isinstance(op, memref.AllocOp) else op.sizes), t.shape
+    elif isinstance(op, memref.SubViewOp) and len(op.static_sizes) == t.rank:  # not rank-reducing
+        sizes, static = list(op.sizes), list(op.static_sizes)
+    elif isinstance(op, memref.ExpandShapeOp):
+        sizes, static = list(op.output_shape), list(op.static_output_shape)
+    else:
+        return None
+    return sizes[sum(1 for n in static[:a] if n == DYN)]
+
+
+def _fold_dims(block) -> None:
+    """Replace each `memref.dim` at a constant position of an allocation or a view that
+    holds that size as an operand by that operand, so that sizes (of later temporaries,
+    of the workspace) are computed from the arguments and not read from views."""
+    for op in block.operations:
+        if op.name != "memref.dim":
+            continue
+        a = _const(op.operands[1])
+        size = _dynamic_size(op.operands[0], a) if a is not None else None
+        if size is not None:
+            op.results[0].replace_all_uses_with(size)
 
 
 def _identity(t: ir.MemRefType) -> bool:
@@ -259,6 +294,7 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> ir.Value:
     if "arg_attrs" in fn.attributes:
         del fn.attributes["arg_attrs"]
 
+    _fold_dims(block)
     tasks = _tasks(list(block.operations), opts)
     ops = list(block.operations)
     with ir.InsertionPoint(ops[0]), loc:
@@ -432,7 +468,11 @@ def _plan(op, opts: "Threads"):
     if not candidates:
         return None
     big = [c for c in candidates if c[3] == DYN or c[3] >= 16]
-    d, where, source, extent = big[0] if big else max(candidates, key=lambda c: c[3])
+    # of those, the one whose parts re-read the fewest bytes (an operand it does not
+    # index is read whole by every part: a prefill matmul's weight, when cut along its
+    # rows), the outermost of equals
+    d, where, source, extent = min(big, key=lambda c: _reread_bytes(c[1])) if big else \
+        max(candidates, key=lambda c: c[3])
     _, out_value, _ = outs[0]
     out_t = ir.MemRefType(out_value.type)
     out_pos = next(p for k, v, p in where if k == outs[0][0])
@@ -453,6 +493,13 @@ def _plan(op, opts: "Threads"):
     elif not opts.symbolic:
         return None
     return d, where, source, align, static, operands, width
+
+
+def _reread_bytes(where) -> int:
+    """The bytes of the operands a split along one loop does not index (each part reads
+    them whole), a symbolic dim counted as SYMBOLIC_EXTENT."""
+    return sum(_elem_bytes(t) * _prod([n if n != DYN else SYMBOLIC_EXTENT for n in t.shape])
+               for t in (ir.MemRefType(v.type) for _, v, p in where if p is None))
 
 
 def _prod(shape) -> int:
