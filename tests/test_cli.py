@@ -156,6 +156,33 @@ def test_list_passes(capsys):
     assert "--passes 'matmul-loops{unroll=4},sum-loops'" in out
 
 
+MATMUL = "let f = fn(x: tensor<F32, [4, 64], @host>, w: tensor<F32, [64, 48], @host>) -> (tensor<F32, [4, 48], @host>) {\n  (x @ w)\n}\n"
+
+
+def test_pass_options_reach_the_build(capsys, tmp_path):
+    """--pass-options gives a pass of the build its options (fma: one rounding per
+    multiply-add, other bits than -O0), in the CLI and through Options; a bad one is a
+    one-line error naming the flag, or a ValueError naming the parameter."""
+    src = tmp_path / "mm.kina"
+    src.write_text(MATMUL)
+    rc, plain, _ = main(capsys, src, "--emit", "matmul-loops")
+    rc2, fused, _ = main(capsys, src, "--emit", "matmul-loops", "--pass-options", "matmul-loops{fma=true}")
+    assert rc == rc2 == 0 and "math.fma" in fused and "math.fma" not in plain
+    for bad, says in [("matmul-loops{fma=tru}", "option 'fma': expected true or false, got 'tru'"),
+                      ("no-such-pass", "unknown pass 'no-such-pass'")]:
+        rc, _, err = main(capsys, src, "--pass-options", bad)
+        assert rc == 1 and err.startswith("kinac: error: --pass-options: ") and says in err, err
+    rc, _, err = main(capsys, src, "-O0", "--pass-options", "matmul-loops{unroll=2}")
+    assert rc == 1 and "pass 'matmul-loops' does not run at -O0" in err, err
+    with pytest.raises(ValueError, match=r"^pass_options: matmul-loops: unknown option 'unrol'"):
+        pipeline.Options(pass_options="matmul-loops{unrol=2}")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 64), np.float32), rng.standard_normal((64, 48), np.float32)
+    m0 = kina.compile_source(MATMUL, "mm.kina")
+    m1 = kina.compile_source(MATMUL, "mm.kina", pipeline.Options(pass_options="matmul-loops{fma=true}"))
+    assert np.allclose(m0.f(x, w)[0], m1.f(x, w)[0], atol=1e-4) and not np.array_equal(m0.f(x, w)[0], m1.f(x, w)[0])
+
+
 def test_emit_to_llvm(capsys, example):
     rc, out, _ = main(capsys, example, "--emit", "to-llvm")
     assert rc == 0

@@ -2,6 +2,7 @@
 
     kinac FILE.kina [-o OUT] [--emit STAGE] [--dump-dir DIR] [--print-ir-after-all]
                     [--cpu CPU] [--locs] [-O N] [--dtype T=DTYPE ...] [--dim NAME=N ...]
+                    [--pass-options 'NAME{opt=value},...']
     kinac --list-passes
     kinac opt FILE.mlir --passes 'NAME[{OPT=VALUE ...}][,NAME...]' [-o OUT] [--print-ir-after-all] [--locs]
     kinac run FILE.kina [--fn NAME] [--input NAME=@FILE.npy|NAME=NUMBER ...] [--dim NAME=N ...]
@@ -74,6 +75,9 @@ def _compile_parser():
                    help="fix a symbolic dim, for a static specialisation: --dim S=128 (repeatable)")
     p.add_argument("-O", dest="opt_level", type=int, choices=[0, 1, 2, 3], default=None,
                    help="0: none of the optimisation passes, LLVM at -O0; 1-3: every pass, LLVM at that level")
+    p.add_argument("--pass-options", default="", metavar="PASSES",
+                   help="options for passes of the build, as kinac opt --passes takes them:\n"
+                        "--pass-options 'matmul-loops{fma=true}' (see --list-passes)")
     p.add_argument("--version", action="version", version=version_text())
     return p
 
@@ -109,8 +113,15 @@ def compile_main(argv: list[str]) -> int:
         return 1
     # -O, when given, overrides KINA_OPT_LEVEL, which is then not read (nor checked)
     level = {} if args.opt_level is None else {"opt_level": args.opt_level}
-    options = pipeline.Options(cpu=args.cpu, print_ir_after_all=args.print_ir_after_all, locations=args.locs,
-                               dtypes=tuple(dtypes.items()), dims=tuple(dims.items()), **level)
+    try:
+        options = pipeline.Options(cpu=args.cpu, print_ir_after_all=args.print_ir_after_all, locations=args.locs,
+                                   dtypes=tuple(dtypes.items()), dims=tuple(dims.items()),
+                                   pass_options=args.pass_options, **level)
+    except ValueError as e:
+        if not str(e).startswith("pass_options: "):
+            raise  # a knob's error: reported as every command reports it
+        print(f"kinac: error: --pass-options: {str(e).removeprefix('pass_options: ')}", file=sys.stderr)
+        return 1
     dump = Path(args.dump_dir) if args.dump_dir else None
     out = Path(args.output) if args.output else None
     if args.emit == "so":

@@ -49,7 +49,7 @@ from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
 from ..runtime import cpu
-from ..ir.passes import PASSES, Pass, PassError, selected, source_loc
+from ..ir.passes import PASSES, Pass, PassError, PipelineError, selected, source_loc
 from . import interrupts, toolchain, translate
 
 @dataclass(frozen=True)
@@ -61,6 +61,18 @@ class Options:
     locations: bool = False  # print loc(...) in emitted MLIR
     dtypes: tuple[tuple[str, str], ...] = ()  # type parameters fixed at compile time: (("T", "F16"),)
     dims: tuple[tuple[str, int], ...] = ()  # symbolic dims fixed at compile time: (("S", 128),)
+    # options for some of the passes, as `kinac opt --passes` takes them: "matmul-loops{fma=true}"
+    pass_options: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.pass_options, str):
+            raise TypeError(f"pass_options: expected a string such as 'matmul-loops{{fma=true}}', "
+                            f"got {type(self.pass_options).__name__}")
+        if self.pass_options:
+            try:
+                selected(self.opt_level, self.pass_options)
+            except PipelineError as e:
+                raise ValueError(f"pass_options: {e}") from None
 
     def cache_key(self) -> dict:
         d = asdict(self)
@@ -88,7 +100,7 @@ class Build:
     def passes(self) -> list[Pass]:
         """The passes this build runs, in order: `passes.selected`, the one place that
         says which (at -O0 none of the optimisations)."""
-        return selected(self.options.opt_level)
+        return selected(self.options.opt_level, self.options.pass_options)
 
     @property
     def target_cpu(self) -> str:
@@ -176,10 +188,12 @@ def replay_passes(start: Callable[[], Any], passes: list[Pass]) -> Callable[[], 
 
 def _pass_stage(p: Pass) -> Callable[[Build], None]:
     def stage(b: Build) -> None:
-        if p in b.passes:  # else skipped at this level
+        names = [q.name for q in b.passes]
+        if p.name in names:  # else skipped at this level; run with the build's options for it
             from ..ir import lower
-            apply_pass(b.module, p, b.options.print_ir_after_all, b.filename,
-                       replay_passes(lambda: lower.lower(b.program), b.passes[:b.passes.index(p)]))
+            at = names.index(p.name)
+            apply_pass(b.module, b.passes[at], b.options.print_ir_after_all, b.filename,
+                       replay_passes(lambda: lower.lower(b.program), b.passes[:at]))
     stage.__doc__ = p.summary
     return stage
 

@@ -18,7 +18,8 @@ Guarantees: the IR is verified after every pass (a pass that breaks it is an
 internal error naming the pass); a pass that cannot take its input says so with a
 diagnostic at the op it cannot handle (`PassError`), never an exception of its
 own; `selected(opt_level)` is the one place that says which passes a build runs
-(at -O0 none of the optimisations, and the others alone still build a correct .so).
+(at -O0 none of the optimisations, and the others alone still build a correct .so),
+and with which options (`Options.pass_options`, `kinac --pass-options`).
 """
 from __future__ import annotations
 
@@ -62,9 +63,17 @@ PASSES: tuple[Pass, ...] = (
 BY_NAME = {p.name: p for p in PASSES}
 
 
-def selected(opt_level: int) -> list[Pass]:
-    """The passes a build at `opt_level` runs, in order: all of them, or at 0 none of the optimisations."""
-    return [p for p in PASSES if opt_level > 0 or not p.optimisation]
+def selected(opt_level: int, with_options: str = "") -> list[Pass]:
+    """The passes a build at `opt_level` runs, in order: all of them, or at 0 none of the
+    optimisations; `with_options` (`--passes` text, `matmul-loops{fma=true}`) gives some
+    of them options. Raises `PipelineError` for a pass it names that does not run."""
+    chosen = [p for p in PASSES if opt_level > 0 or not p.optimisation]
+    if with_options:
+        given = {p.name: p for p in parse(with_options)}
+        for name in given.keys() - {p.name for p in chosen}:
+            raise PipelineError(f"pass '{name}' does not run at -O{opt_level}: nothing to give options to")
+        chosen = [given.get(p.name, p) for p in chosen]
+    return chosen
 
 
 def parse(text: str) -> list[Pass]:
