@@ -11,7 +11,8 @@ seeded random weights (gains perturbed), written with save_pretrained in F32 und
 build/bench_model/ and reused while its stamp matches. Every engine loads that folder:
 
 - Kina: kina.models.hf.load_pretrained(folder, dtype) in F32 and F16, the StoryLM whose
-  every layer step is one compiled Kina call, at each of --threads threads.
+  every layer step is one compiled Kina call, at each of --threads threads; with --fma,
+  also load_pretrained(..., fma=True) (rows "Kina+fma": one rounding per multiply-add).
 - transformers: LlamaForCausalLM.from_pretrained(folder), eager attention, F32, its own
   KV cache, at each of --threads torch threads.
 - llama.cpp (llama-cpp-python, the [llama] extra; skipped with a note when missing): F32
@@ -75,6 +76,8 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="timed runs of each engine, interleaved (default 3)")
     p.add_argument("--threads", type=rep.positive_ints, default="1,2",
                    help="thread counts every engine runs at (default 1,2)")
+    p.add_argument("--fma", action="store_true",
+                   help="also run Kina with fused multiply-adds (load_pretrained(fma=True): rows 'Kina+fma')")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bw-passes", type=int, default=4,
                    help="read-bandwidth passes on each thread count, before the runs and again after (default 4)")
@@ -123,12 +126,13 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     """({row name: (run, dtype name, threads)}, versions)."""
     n_ctx = args.prompt + args.new
     rows, versions = {}, {}
-    for dt in ("F32", "F16"):
-        t = time.perf_counter()
-        k = engines.KinaEngine(args.folder, {"F32": np.float32, "F16": np.float16}[dt], n_ctx)
-        print(f"Kina {dt}: loaded and compiled (or a compile-cache hit) in {time.perf_counter() - t:.1f} s")
-        for n in args.threads:
-            rows[f"Kina {dt} {n}T"] = (lambda k=k, n=n: k.run(args.prompt_ids, args.new, n), dt, n)
+    for engine, fma in [("Kina", False)] + [("Kina+fma", True)] * args.fma:
+        for dt in ("F32", "F16"):
+            t = time.perf_counter()
+            k = engines.KinaEngine(args.folder, {"F32": np.float32, "F16": np.float16}[dt], n_ctx, fma=fma)
+            print(f"{engine} {dt}: loaded and compiled (or a compile-cache hit) in {time.perf_counter() - t:.1f} s")
+            for n in args.threads:
+                rows[f"{engine} {dt} {n}T"] = (lambda k=k, n=n: k.run(args.prompt_ids, args.new, n), dt, n)
     tf = engines.TransformersEngine(args.folder)
     versions["transformers"], versions["torch"] = tf.version, tf.torch.__version__
     for n in args.threads:
@@ -181,6 +185,7 @@ def check_rows(rows: dict, firsts: dict) -> list[dict]:
         engine, dt = name.split()[0], rows[name][1]
         steps = LLAMA_CPP_STEPS if engine == "llama.cpp" else None
         c = engines.compare(r, want, steps)
+        engine = engine.split("+")[0]  # Kina+fma is checked as Kina
         c.update(row=name, tol=TOL.get(engine) if dt == "F32" and engine in TOL else None)
         c["logits_pass"] = None if c["tol"] is None else c["rel_err"] <= c["tol"]
         c["tokens_pass"] = None if dt != "F32" else c["first_divergence"] is None
@@ -237,7 +242,8 @@ def plot(reports: list[dict], path) -> Path:
         pts = [(r["weight_bytes_per_token"]["F32"] / MB, 1 / r["rows"][name]["decode"]) for r in reports if name in r["rows"]]
         engine, dt, threads = name.split()
         ax.plot(*zip(*pts), "-" if dt == "F32" else "--", marker="o" if threads == "1T" else "^",
-                color=colours.get(engine), alpha=1.0 if threads == "1T" else 0.6, label=name)
+                color="tab:purple" if engine == "Kina+fma" else colours.get(engine),
+                alpha=1.0 if threads == "1T" else 0.6, label=name)
     for n in dict.fromkeys(k for r in reports for k in r["read_bw"]):
         for dt in ("F32", "F16"):
             pts = [(r["weight_bytes_per_token"]["F32"] / MB, 1 / r["floor_s"][dt][n]) for r in reports if n in r["read_bw"]]

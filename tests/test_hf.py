@@ -134,6 +134,21 @@ def test_recompute_matches_transformers(checkpoint, kina_model, name):
     check_against_transformers(kina_model(name), checkpoint(name)[1], use_cache=False, n_new=24)
 
 
+def test_fused_multiply_adds_still_match_transformers(checkpoint, kina_model):
+    """fma=True (a faster prefill): other bits than the default's, the same tokens and
+    logits within the same bound against transformers, and the same bits on 1 and 2 threads."""
+    folder, hf = checkpoint("llama-gqa2-tied-llama3")
+    fused = load_pretrained(folder, fma=True)
+    assert fused.fma and not kina_model("llama-gqa2-tied-llama3").fma
+    got, _ = check_against_transformers(fused, hf)
+    plain = kina_model("llama-gqa2-tied-llama3").trace(PROMPT, N_NEW)
+    assert got.tokens == plain.tokens and not np.array_equal(got.logits, plain.logits)
+    fused.threads = 2
+    assert np.array_equal(fused.trace(PROMPT, N_NEW).logits, got.logits)
+    with pytest.raises(TypeError, match="^fma: expected True or False, got str$"):
+        load_pretrained(folder, fma="yes")
+
+
 def test_transformers_own_generate_loop_agrees(checkpoint, kina_model):
     folder, hf = checkpoint("llama-gqa4-headdim8-linear")
     with torch.no_grad():
@@ -367,6 +382,11 @@ def test_kina_generate_json(text_folder, capsys):
     m = Pretrained(text_folder)
     want = m.generate("Once upon a time", max_new_tokens=12)
     assert (got["prompt_ids"], got["ids"], got["text"]) == (want.prompt_ids, want.ids, want.text)
+    assert main(["generate", str(text_folder), "--prompt", "Once upon a time", "--max-new-tokens", "12",
+                 "--json", "--fma"]) == 0
+    fused = Pretrained(text_folder, fma=True)
+    assert fused.model.fma and json.loads(capsys.readouterr().out)["ids"] == \
+        fused.generate("Once upon a time", max_new_tokens=12).ids
     assert main(["generate", str(text_folder), "--prompt-ids", "0,5,17", "--max-new-tokens", "8", "--json",
                  "--temperature", "0.9", "--top-p", "0.8", "--seed", "7"]) == 0
     first = json.loads(capsys.readouterr().out)

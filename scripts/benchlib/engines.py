@@ -201,9 +201,9 @@ class KinaEngine:
     """kina.models.hf.load_pretrained(folder, dtype); greedy through StoryLM.trace on `threads`
     threads (StoryLM.threads, set per run: left unset it would be the machine's cores)."""
 
-    def __init__(self, folder: Path, dtype, max_seq_len: int):
+    def __init__(self, folder: Path, dtype, max_seq_len: int, fma: bool = False):
         from kina.models.hf import load_pretrained
-        self.model = load_pretrained(folder, dtype=dtype, max_seq_len=max_seq_len)
+        self.model = load_pretrained(folder, dtype=dtype, max_seq_len=max_seq_len, fma=fma)
 
     def run(self, prompt, n_new, threads: int = 1) -> dict:
         self.model.threads = threads

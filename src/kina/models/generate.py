@@ -65,9 +65,9 @@ class Pretrained:
     """
 
     def __init__(self, folder: str | os.PathLike, dtype=None, max_seq_len: int | None = None,
-                 allow_nonfinite: bool = False):
+                 allow_nonfinite: bool = False, fma: bool = False):
         self.folder = Path(folder)
-        self.model = load_pretrained(self.folder, dtype, max_seq_len, allow_nonfinite)
+        self.model = load_pretrained(self.folder, dtype, max_seq_len, allow_nonfinite, fma)
         self.text: Text | None = load_tokenizer(self.folder) if (self.folder / "tokenizer.json").is_file() else None
 
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
@@ -165,6 +165,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", type=int, default=None,
                    help="KINA_NUM_THREADS: the threads each decode layer step and the head run on "
                         "(the threads pass; default the cores)")
+    g.add_argument("--fma", action="store_true",
+                   help="fused multiply-adds in the matmuls: a faster prefill, other bits than the default's")
     g.add_argument("--allow-nonfinite", action="store_true",
                    help="load weights that hold NaN or infinity (refused by default, naming the tensor)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
@@ -196,7 +198,7 @@ def _generate(args) -> int:
     ids = text.encode(args.prompt) if args.prompt is not None else args.prompt_ids  # sizes the model's positions
     t0 = time.perf_counter()
     m = Pretrained(folder, runtime.numpy_dtype(args.dtype), max_seq_len=len(ids) + args.max_new_tokens,
-                   allow_nonfinite=args.allow_nonfinite)
+                   allow_nonfinite=args.allow_nonfinite, fma=args.fma)
     loaded = time.perf_counter() - t0
     err, out = sys.stderr, sys.stdout
     n = [0]

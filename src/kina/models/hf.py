@@ -225,13 +225,14 @@ def hf_name(name: str) -> tuple[str, bool]:
 
 
 def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | None = None,
-                    allow_nonfinite: bool = False) -> StoryLM:
+                    allow_nonfinite: bool = False, fma: bool = False) -> StoryLM:
     """The StoryLM of a Hugging Face Llama, Mistral or Qwen2 folder, its weights converted to
     `dtype` (default float32) and projections transposed to [in, out]; `max_seq_len`
     (default the config's max_position_embeddings, at most DEFAULT_MAX_SEQ_LEN) bounds
     the positions. A weight that holds NaN or infinity (in the file, or after the
     conversion to `dtype`, as an F32 value past F16's range) is refused, naming the
-    tensor and its file, unless `allow_nonfinite`."""
+    tensor and its file, unless `allow_nonfinite`. `fma`: the matmuls round each
+    multiply-add once (StoryLM's `fma`)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such model folder")
@@ -270,7 +271,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
         if not allow_nonfinite:
             _require_finite(out.T if transposed else out, f"{path}: tensor {hf!r}", a)  # in the file's layout
         weights[name] = out
-    model = StoryLM(**options, dtype=dt, weights=weights, _own_weights=True, allow_nonfinite=True)
+    model = StoryLM(**options, dtype=dt, weights=weights, _own_weights=True, allow_nonfinite=True, fma=fma)
     model.architecture, model.checkpoint_dtype, model.sliding_window, model.folder = arch, stored, window, folder
     return model
 

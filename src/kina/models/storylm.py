@@ -50,6 +50,9 @@ Guarantees:
     call per layer, plus the head, each on `threads` threads (default
     `runtime.default_threads()`, read per token) through its threaded entry (the
     threads pass), with the same bits on any number of threads.
+  - By default each matmul sums in k order as fmul then fadd, the bits of -O0 and of
+    any thread count; `fma=True` rounds each multiply-add once instead (prefill is
+    compute-bound: about 1.35x faster there; still the same bits on any thread count).
   - A weights mapping or file must hold exactly the documented tensors, each of its
     shape and of the model's dtype; anything else is a ValueError (TypeError for a
     dtype) naming the tensor. Bad sizes and token ids are errors naming the parameter.
@@ -279,9 +282,12 @@ class StoryLM(Decoder):
                  eps: float = 1e-6, rope_theta: float = 10000.0, *, n_kv_heads: int | None = None,
                  head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False,
                  tie_embeddings: bool = False, rope_scaling: Mapping | None = None, allow_nonfinite: bool = False,
-                 threads: int | None = None, _own_weights: bool = False):
+                 threads: int | None = None, fma: bool = False, _own_weights: bool = False):
         # the threads of each layer step and of the head (None: runtime.default_threads() at each token)
         self.threads = None if threads is None else count("threads", threads, 1)
+        if not isinstance(fma, bool):
+            raise TypeError(f"fma: expected True or False, got {type(fma).__name__}")
+        self.fma = fma
         counts = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_dim=ffn_dim,
                       max_seq_len=max_seq_len)
         for name, value in counts.items():
@@ -362,7 +368,7 @@ class StoryLM(Decoder):
 
     def _compile(self):
         return _program(KINA_DTYPES[self.dtype], self.d_model, self.n_kv_heads, self.n_heads // self.n_kv_heads,
-                        self.head_dim, self.ffn_dim, self.vocab_size)
+                        self.head_dim, self.ffn_dim, self.vocab_size, self.fma)
 
     def _layer(self, i: int, x, cos, sin, k_past, v_past, mask, outs) -> None:
         """Layer i on x [1, P, D] at rotary rows cos, sin [1, P, 1, 1, R], after the caches
@@ -544,9 +550,16 @@ def norm_dtype(dtype: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: int, ffn_dim: int, vocab_size: int):
-    """kernels/storylm.kina compiled for one dtype and size (B = 1; S and P stay symbolic)."""
+def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: int, ffn_dim: int, vocab_size: int,
+             fma: bool = False):
+    """kernels/storylm.kina compiled for one dtype and size (B = 1; S and P stay symbolic);
+    with `fma`, its matmuls round each multiply-add once (matmul-loops{fma=true}: faster
+    where they are compute-bound, prefill; other bits than the default's)."""
     import kina
+    from kina.driver.pipeline import Options
     dims = dict(B=1, D=d_model, Hk=n_kv_heads, G=group, Dh=head_dim, R=head_dim // 2, Q=n_kv_heads * group * head_dim,
                 KV=n_kv_heads * head_dim, F=ffn_dim, V=vocab_size)
-    return kina.compile_file(KERNELS / "storylm.kina", dtypes={"T": dtype, "W": norm_dtype(dtype)}, dims=dims)
+    options = Options()
+    if fma and options.opt_level > 0:  # at -O0 no matmul-loops runs: nothing to fuse
+        options = Options(pass_options="matmul-loops{fma=true}")
+    return kina.compile_file(KERNELS / "storylm.kina", options, dtypes={"T": dtype, "W": norm_dtype(dtype)}, dims=dims)
