@@ -20,8 +20,9 @@ demo: $(STAMP)
 	$(BIN)/kinac examples/storylm0_kv_step.kina -o build/storylm0_kv_step.so
 	$(BIN)/python scripts/validate_kv_cache.py build/storylm0_kv_step.so
 
+# Two workers (pytest-xdist), a file's tests on one of them: tests/conftest.py says how they are grouped.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 fuzz: $(STAMP)
 	KINA_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/test_fuzz.py tests/test_fuzz_surfaces.py tests/test_files.py -q

@@ -58,6 +58,8 @@ QUICK_SHAPES = [(576, 576), (512, 1408)]
 PREFILL_ROWS = (32, 256)
 DTYPES = {"F32": np.float32, "F16": np.float16}
 BATCH_S = 0.02  # the length of one timed batch of calls
+QUICK_BATCH_S = 0.002  # --quick: NumPy's F16 matmul (no BLAS) is some 30x slower than Kina's, so a batch sized
+# by Kina's call lasts 30x longer for it; shorter batches keep the smoke test to seconds
 
 
 def input_sets(P: int, K: int, N: int, dtype, working_set: int) -> InputSets:
@@ -78,7 +80,8 @@ def input_sets(P: int, K: int, N: int, dtype, working_set: int) -> InputSets:
     return InputSets(sets, K * N * np.dtype(dtype).itemsize)
 
 
-def time_shape(P: int, K: int, N: int, dtype_name: str, working_set: int, rounds: int) -> dict[str, float]:
+def time_shape(P: int, K: int, N: int, dtype_name: str, working_set: int, rounds: int,
+               batch_s: float = BATCH_S) -> dict[str, float]:
     """{variant: median seconds per call} for Kina and NumPy at one shape, interleaved."""
     import kina
     from kina.driver.pipeline import Options
@@ -100,7 +103,7 @@ def time_shape(P: int, K: int, N: int, dtype_name: str, working_set: int, rounds
         f32 = input_sets(P, K, N, np.float32, 0)
         variants[1] = Variant("numpy", f32, lambda s: np.matmul(s[0], s[1], out=s[2]))
     t0 = time_once(variants[0], sets)
-    run_rounds(variants, rounds, max(1, int(BATCH_S / t0)))
+    run_rounds(variants, rounds, max(1, int(batch_s / t0)))
     return {v.name: statistics.median(v.samples) for v in variants}
 
 
@@ -120,7 +123,7 @@ def time_once(v: Variant, sets: InputSets) -> float:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--quick", action="store_true", help="two shapes, 3 rounds, a 16 MiB working set (a smoke test)")
+    p.add_argument("--quick", action="store_true", help="two shapes, 3 rounds of 2 ms batches, a 16 MiB working set (a smoke test)")
     p.add_argument("--rounds", type=int, default=11, help="interleaved rounds per shape (the median is taken)")
     p.add_argument("--working-set-mib", type=int, default=1024, help="decode inputs rotate through at least this much")
     p.add_argument("--part", choices=("all", "decode", "prefill"), default="all", help="which table (default both)")
@@ -128,9 +131,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.rounds < 1 or a.working_set_mib < 1 or a.floor_passes < 1:
         p.error("--rounds, --working-set-mib and --floor-passes must be at least 1")
-    shapes, rounds, ws, passes = SHAPES, a.rounds, a.working_set_mib * MIB, a.floor_passes
+    shapes, rounds, ws, passes, batch_s = SHAPES, a.rounds, a.working_set_mib * MIB, a.floor_passes, BATCH_S
     if a.quick:
-        shapes, rounds, ws, passes = QUICK_SHAPES, 3, 16 * MIB, 1
+        shapes, rounds, ws, passes, batch_s = QUICK_SHAPES, 3, 16 * MIB, 1, QUICK_BATCH_S
     corename, set_threads = machine.openblas()
     if set_threads is not None:
         set_threads(1)
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
         for name in DTYPES if a.part != "prefill" else ():  # a probe pass before each shape: the best counts
             for K, N in shapes:
                 progress(f"decode {name} {K}x{N}")
-                decode.append((name, K, N, time_shape(1, K, N, name, ws, rounds)))
+                decode.append((name, K, N, time_shape(1, K, N, name, ws, rounds, batch_s)))
                 floor = max(floor, read_bandwidth(1))
         for name in DTYPES if a.part != "decode" else ():
             for K, N in shapes:
@@ -151,7 +154,7 @@ def main(argv=None) -> int:
                     continue
                 for P in PREFILL_ROWS:
                     progress(f"prefill {name} {P}x{K}x{N}")
-                    prefill.append((name, P, K, N, time_shape(P, K, N, name, ws if a.quick else 64 * MIB, rounds)))
+                    prefill.append((name, P, K, N, time_shape(P, K, N, name, ws if a.quick else 64 * MIB, rounds, batch_s)))
     print(f"read floor, one thread: {floor / 1e9:.1f} GB/s (the best of {passes + len(decode)} passes over 256 MiB, "
           f"spread through the run); medians of {rounds} interleaved rounds; decode weights rotated through "
           f"{ws // MIB} MiB")

@@ -6,6 +6,12 @@ then values (bit-exact where the op is exact, else within `rtol`).
 
 `pytest --update-golden` rewrites tests/golden/* from the current compiler; review
 the diff before committing.
+
+`make test` runs the tests on two pytest-xdist workers (`-n 2 --dist loadfile`). A
+file's tests stay on one worker, so its module and session fixtures are built once;
+the files in KERNEL_GROUP build the same storylm.kina kernels (StoryLM, Hugging Face
+and bench_model's tiny shape at the same sizes), so they share a worker, one after
+another, and each kernel is compiled once, then taken from the shared compile cache.
 """
 from __future__ import annotations
 
@@ -29,6 +35,23 @@ def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):
     r = lambda *s: rng.standard_normal(s).astype(dtype)
     return r(B, H, 1, Dh), r(B, H, Dh, S), r(B, H, Dh, 1), r(B, H, S, Dh), r(B, H, 1, Dh), \
         np.full((1, 1, 1, 1), 1 / np.sqrt(max(Dh, 1)), dtype)
+
+
+KERNEL_GROUP = {"test_storylm", "test_hf", "test_bench_model"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the files of KERNEL_GROUP as one (xdist's own `loadgroup`
+    marks a test by rewriting its node id, which pytest 9 no longer lets it do)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "storylm-kernels" if Path(path).stem in KERNEL_GROUP else path
+    return ByFile(config, log)
 
 
 def pytest_addoption(parser):

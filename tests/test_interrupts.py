@@ -14,7 +14,9 @@ there kills the process silently (before Python has a handler) or ends in
 KeyboardInterrupt inside importlib, runpy or site, with no Kina frame. On this
 shared VM that start takes 5 to 40 ms. So at the short delays that outcome is
 accepted, but only with no Kina frame in it; from 100 ms on, and always once kinac
-is known to be compiling, the outcome must be the line and 130.
+is known to be compiling, the outcome must be the line and 130. (A start that a busy
+machine slowed past 100 ms, as the other worker of a parallel test run can, is tried
+again, up to three times in all: a kinac at fault fails every time.)
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from conftest import EXAMPLES
 
 STATIC = EXAMPLES / "storylm0_kv_step.kina"
 DELAYS_MS = [0, 20, 50, 100, 200, 400]
+ATTEMPTS = 3
 
 
 def as_from_a_terminal() -> None:
@@ -79,11 +82,30 @@ def assert_interrupted(rc: int, err: str, tmp_path: Path, out: Path, early: bool
     assert list((tmp_path / "tmp").iterdir()) == [], "a work folder was left behind"
 
 
-def commands(tmp_path: Path) -> dict[str, list]:
+def interrupt_after(delay_ms: int, launch, tmp_path: Path) -> None:
+    """Start a command (`launch()`), send Ctrl-C `delay_ms` later, check the outcome. From
+    100 ms on, an outcome from before Kina's first statement is a start slowed past the
+    delay by a busy machine: tried again, up to ATTEMPTS times in all, the last one strict."""
+    for attempt in range(1, ATTEMPTS + 1):
+        proc = launch()
+        time.sleep(delay_ms / 1000)
+        rc, err = ctrl_c(proc)
+        again = delay_ms >= 100 and attempt < ATTEMPTS and before_kina(rc, err)
+        assert_interrupted(rc, err, tmp_path, tmp_path / "out", early=delay_ms < 100 or again)
+        if not again:
+            return
+
+
+@pytest.fixture(scope="module")
+def mlir(tmp_path_factory) -> Path:
+    """The example's reference IR, for `kinac opt` (made once: it is a kinac run of its own)."""
+    path = tmp_path_factory.mktemp("interrupts") / "kv.mlir"
+    subprocess.run([sys.executable, "-m", "kina", STATIC, "--emit", "mlir", "-o", path], check=True)
+    return path
+
+
+def commands(tmp_path: Path, mlir: Path) -> dict[str, list]:
     out = tmp_path / "out"
-    mlir = tmp_path / "kv.mlir"
-    if not mlir.exists():
-        subprocess.run([sys.executable, "-m", "kina", STATIC, "--emit", "mlir", "-o", mlir], check=True)
     return {
         "compile": [STATIC, "-o", out / "kv.so"],
         "run": ["run", STATIC, "--output-dir", out],
@@ -93,13 +115,10 @@ def commands(tmp_path: Path) -> dict[str, list]:
 
 
 @pytest.mark.parametrize("command", ["compile", "run", "opt", "bench"])
-def test_interrupt_at_any_moment(tmp_path, command):
-    args = commands(tmp_path)[command]
+def test_interrupt_at_any_moment(tmp_path, mlir, command):
+    args = commands(tmp_path, mlir)[command]
     for delay in DELAYS_MS:
-        proc = start(args, tmp_path)
-        time.sleep(delay / 1000)
-        rc, err = ctrl_c(proc)
-        assert_interrupted(rc, err, tmp_path, tmp_path / "out", early=delay < 100)
+        interrupt_after(delay, lambda: start(args, tmp_path), tmp_path)
 
 
 def slow_cc(tmp_path: Path) -> tuple[Path, Path]:
@@ -121,10 +140,10 @@ def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60):
 
 @pytest.mark.parametrize("group", [True, False], ids=["ctrl-c", "kill-INT-kinac-only"])
 @pytest.mark.parametrize("command", ["compile", "run"])
-def test_interrupt_during_a_long_link(tmp_path, command, group):
+def test_interrupt_during_a_long_link(tmp_path, mlir, command, group):
     """SIGINT while cc runs (Ctrl-C reaches it too; `kill -INT` only kinac, which must stop it)."""
     cc, marker = slow_cc(tmp_path)
-    proc = start(commands(tmp_path)[command], tmp_path, env={"KINA_CC": str(cc)})
+    proc = start(commands(tmp_path, mlir)[command], tmp_path, env={"KINA_CC": str(cc)})
     wait_for(marker, proc)
     if group:
         rc, err = ctrl_c(proc)
@@ -135,9 +154,9 @@ def test_interrupt_during_a_long_link(tmp_path, command, group):
     assert_interrupted(rc, err, tmp_path, tmp_path / "out")
 
 
-def test_interrupt_while_the_llvm_tools_run(tmp_path):
+def test_interrupt_while_the_llvm_tools_run(tmp_path, mlir):
     """Poll for the work folder's LLVM IR: opt and llc are then running or about to."""
-    proc = start(commands(tmp_path)["compile"], tmp_path)
+    proc = start(commands(tmp_path, mlir)["compile"], tmp_path)
     tmp = tmp_path / "tmp"
     end = time.monotonic() + 60
     while not any(tmp.glob("kina-*/raw.ll")) and proc.poll() is None and time.monotonic() < end:
@@ -146,9 +165,9 @@ def test_interrupt_while_the_llvm_tools_run(tmp_path):
     assert_interrupted(rc, err, tmp_path, tmp_path / "out")
 
 
-def test_a_late_interrupt_changes_nothing(tmp_path):
+def test_a_late_interrupt_changes_nothing(tmp_path, mlir):
     """Once the outputs are in place, the command ends as it would have: status 0, whole files."""
-    args = commands(tmp_path)["compile"]
+    args = commands(tmp_path, mlir)["compile"]
     proc = start(args, tmp_path, env={"KINA_NO_CACHE": "0"})
     assert proc.wait(timeout=120) == 0  # now the build is cached, and the next one quick
     for _ in range(5):
@@ -198,10 +217,9 @@ def test_console_script_entry_points(tmp_path, entry):
     an interrupt while cli.py itself is imported is Python's own traceback there.)"""
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "KINA_NO_CACHE": "1"}
-    for delay in (50, 200):
-        proc = subprocess.Popen([sys.executable, "-c", f"import sys\n{entry}\nsys.exit(main())", STATIC,
+    def launch():
+        return subprocess.Popen([sys.executable, "-c", f"import sys\n{entry}\nsys.exit(main())", STATIC,
                                  "-o", tmp_path / "out" / "kv.so"], stderr=subprocess.PIPE, text=True, env=env,
                                 start_new_session=True, preexec_fn=as_from_a_terminal)
-        time.sleep(delay / 1000)
-        rc, err = ctrl_c(proc)
-        assert_interrupted(rc, err, tmp_path, tmp_path / "out", early=delay < 100)
+    for delay in (50, 200):
+        interrupt_after(delay, launch, tmp_path)

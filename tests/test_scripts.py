@@ -19,8 +19,12 @@ def test_bench_k_layout_prints_a_row_per_run_and_gap():
         contiguous, rest = float(r[2]), r[3:]
         assert contiguous > 0 and len(rest) == 8, r
         for rate, share in zip(rest[0::2], rest[1::2]):
-            # each share is its rate over the contiguous read's (both as printed, so within rounding)
-            assert float(rate) > 0 and abs(float(share.strip("()%")) - 100 * float(rate) / contiguous) <= 1.5, r
+            # each share is its rate over the contiguous read's, within the rounding of the printed
+            # figures: 0.5 points for the share, and 0.05 GB/s on each rate (which counts for more
+            # when the contiguous read is slow, as on a busy machine, and the shares are large)
+            rate, share = float(rate), float(share.strip("()%"))
+            slack = 0.5 + 100 * rate / contiguous * (0.05 / rate + 0.05 / contiguous) + 0.01
+            assert rate > 0 and abs(share - 100 * rate / contiguous) <= slack, r
 
 
 def test_bench_k_layout_refuses_bad_counts():

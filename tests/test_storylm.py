@@ -20,7 +20,8 @@ from kina.models import NumPyStoryLM, StoryLM
 from kina.models.storylm import _program, causal_mask, norm_dtype, weight_shapes
 
 KERNEL = ROOT / "src" / "kina" / "models" / "kernels" / "storylm.kina"
-SIZES = dict(vocab_size=96, d_model=32, n_heads=4, n_layers=2, ffn_dim=88, max_seq_len=160)
+# tests/test_hf.py's llama-mha geometry: the same kernel builds (F32, F16) serve both files
+SIZES = dict(vocab_size=320, d_model=32, n_heads=8, n_layers=2, ffn_dim=64, max_seq_len=160)
 PROMPT = [5, 17, 2, 88, 41, 9]
 
 
@@ -55,15 +56,15 @@ def layer_inputs(rng, D, H, F, S, P, dtype=np.float32, Hk=None):
     return head + mask + [eps, np.full((1, 1, 1, 1), Dh ** -0.5, dtype)]
 
 
-def dims(D=32, H=4, F=88, V=96, Hk=4):
+def dims(D=32, H=8, F=64, V=320, Hk=8):
     Dh = D // H
     return dict(B=1, D=D, Hk=Hk, G=H // Hk, Dh=Dh, R=Dh // 2, Q=H * Dh, KV=Hk * Dh, F=F, V=V)
 
 
-def compare(fn: str, args, dtype="F32", rtol=2e-5, Hk=4):
+def compare(fn: str, args, dtype="F32", rtol=2e-5, Hk=8):
     """The model's build of kernels/storylm.kina (at SIZES, Hk key/value heads) against the
     interpreter on `args`, within `rtol`; the cached positions must come out of Kᵀ and V unchanged."""
-    compiled = getattr(_program(dtype, 32, Hk, 4 // Hk, 8, 88, 96), fn)(*args)
+    compiled = getattr(_program(dtype, 32, Hk, 8 // Hk, 4, 64, 320), fn)(*args)
     reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype, "W": norm_dtype(dtype)},
                                      dims=dims(Hk=Hk)),
                         fn)(*args)
@@ -77,29 +78,29 @@ def compare(fn: str, args, dtype="F32", rtol=2e-5, Hk=4):
 
 @pytest.mark.parametrize("S", [0, 1, 7])
 def test_decoder_step_matches_the_interpreter(S):
-    compare("decoder_step", layer_inputs(np.random.default_rng(S), 32, 4, 88, S, None))
+    compare("decoder_step", layer_inputs(np.random.default_rng(S), 32, 8, 64, S, None))
 
 
 @pytest.mark.parametrize("S, P", [(0, 5), (3, 4)])
 def test_decoder_prefill_matches_the_interpreter(S, P):
-    compare("decoder_prefill", layer_inputs(np.random.default_rng(10 + P), 32, 4, 88, S, P))
+    compare("decoder_prefill", layer_inputs(np.random.default_rng(10 + P), 32, 8, 64, S, P))
 
 
-@pytest.mark.parametrize("Hk, P", [(2, None), (1, None), (2, 3), (1, 3)])
+@pytest.mark.parametrize("Hk, P", [(4, None), (1, None), (4, 3), (1, 3)])
 def test_grouped_query_layers_match_the_interpreter(Hk, P):
-    """Grouped-query (2 key/value heads for 4 query heads) and multi-query (1) attention."""
+    """Grouped-query (4 key/value heads for 8 query heads) and multi-query (1) attention."""
     compare("decoder_step" if P is None else "decoder_prefill",
-            layer_inputs(np.random.default_rng(20 + Hk), 32, 4, 88, 5, P, Hk=Hk), Hk=Hk)
+            layer_inputs(np.random.default_rng(20 + Hk), 32, 8, 64, 5, P, Hk=Hk), Hk=Hk)
 
 
 def test_logits_match_the_interpreter():
     rng = np.random.default_rng(3)
-    args = [rng.standard_normal(s).astype(np.float32) for s in [(1, 1, 32), (1, 1, 32), (32, 96)]]
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(1, 1, 32), (1, 1, 32), (32, 320)]]
     compare("logits", [*args, np.full((1, 1, 1), 1e-6, np.float32)])
 
 
 def test_f64_layer_matches_the_interpreter():
-    compare("decoder_step", layer_inputs(np.random.default_rng(4), 32, 4, 88, 3, None, np.float64), "F64", 1e-12)
+    compare("decoder_step", layer_inputs(np.random.default_rng(4), 32, 8, 64, 3, None, np.float64), "F64", 1e-12)
 
 
 def test_the_example_is_the_kernel_at_f32():
@@ -156,9 +157,9 @@ def test_compiled_and_numpy_models_agree():
 
 
 def test_grouped_query_biased_tied_models_agree_with_numpy():
-    """The Llama-family options (tests/test_hf.py checks them against transformers): 2 key/value
-    heads for 4 query heads, q/k/v/o biases, a tied head, llama3 rope; cached, recomputed, NumPy."""
-    options = dict(n_kv_heads=2, qkv_bias=True, o_bias=True, tie_embeddings=True, seed=13,
+    """The Llama-family options (tests/test_hf.py checks them against transformers): 4 key/value
+    heads for 8 query heads, q/k/v/o biases, a tied head, llama3 rope; cached, recomputed, NumPy."""
+    options = dict(n_kv_heads=4, qkv_bias=True, o_bias=True, tie_embeddings=True, seed=13,
                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
     compiled, numpy_model = model(**options), model(NumPyStoryLM, **options)
@@ -242,10 +243,10 @@ def bad(weights, **changes):
 
 
 @pytest.mark.parametrize("change, exc, words", [
-    (dict(embed=None), ValueError, "tensor 'embed' is missing; expected shape [96, 32] ([vocab_size, d_model])"),
+    (dict(embed=None), ValueError, "tensor 'embed' is missing; expected shape [320, 32] ([vocab_size, d_model])"),
     ({"layers.1.wq": None, "head": None}, ValueError, "tensor 'layers.1.wq' is missing (and 1 more)"),
     ({"layers.0.w_up": np.zeros((32, 80), np.float32)}, ValueError,
-     "tensor 'layers.0.w_up' has shape [32, 80], expected [32, 88] ([d_model, ffn_dim])"),
+     "tensor 'layers.0.w_up' has shape [32, 80], expected [32, 64] ([d_model, ffn_dim])"),
     ({"norm": np.zeros(32, np.float64)}, TypeError, "tensor 'norm' has dtype float64, expected float32"),
     ({"layers.0.wk": np.zeros((32, 32), np.int32)}, TypeError, "tensor 'layers.0.wk' has dtype int32"),
     ({"layers.2.wq": np.zeros((32, 32), np.float32)}, ValueError, "unexpected tensor 'layers.2.wq'"),
@@ -286,7 +287,7 @@ def test_bad_weights_files(tmp_path):
     with pytest.raises(TypeError, match="weights: expected a path"):
         model(weights=[1, 2])
     with pytest.raises(TypeError, match="tensor 'embed' must be a numpy.ndarray, got list"):
-        model(weights=bad(model().weights, embed=[[0.0] * 32] * 96))
+        model(weights=bad(model().weights, embed=[[0.0] * 32] * 320))
 
 
 def test_safetensors_round_trip(tmp_path):
@@ -299,14 +300,14 @@ def test_safetensors_round_trip(tmp_path):
 # -- argument errors -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, exc, words", [
-    (dict(d_model=30), ValueError, "d_model: 30 is not a multiple of n_heads = 4"),
+    (dict(d_model=30), ValueError, "d_model: 30 is not a multiple of n_heads = 8"),
     (dict(d_model=12, n_heads=4), ValueError, "must be even"),
     (dict(ffn_dim=0), ValueError, "ffn_dim"),
     (dict(n_layers=1.0), TypeError, "n_layers"),
     (dict(dtype=np.int32), TypeError, "dtype"),
     (dict(eps=0.0), ValueError, "eps"),
     (dict(rope_theta=float("inf")), ValueError, "rope_theta"),
-    (dict(n_kv_heads=3), ValueError, "n_kv_heads: n_heads = 4 is not a multiple of n_kv_heads = 3"),
+    (dict(n_kv_heads=3), ValueError, "n_kv_heads: n_heads = 8 is not a multiple of n_kv_heads = 3"),
     (dict(head_dim=7), ValueError, "head_dim = 7 must be even"),
     (dict(rope_scaling={"rope_type": "yarn"}), ValueError, "unknown rope_type 'yarn'"),
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), ValueError, "needs 'low_freq_factor'"),
@@ -318,8 +319,8 @@ def test_bad_sizes(change, exc, words):
 
 def test_bad_calls():
     m = model()
-    with pytest.raises(ValueError, match=r"prompt_tokens\[1\]: token id 96 is out of range"):
-        m.generate([1, 96], 3)
+    with pytest.raises(ValueError, match=r"prompt_tokens\[1\]: token id 320 is out of range"):
+        m.generate([1, 320], 3)
     with pytest.raises(ValueError, match="max_seq_len = 160"):
         m.generate(PROMPT, 160)
     cache = m.new_cache()
