@@ -101,7 +101,8 @@ class Threads(KinaPass):
     optimisation = True
     min_bytes: int = option(65536, "bytes an op must move per part to be split (smaller ones are one part)",
                             check=_positive, expected="an integer >= 1")
-    parts: int = option(4, "the most parts an op of static sizes is cut into (equal ones where its size allows)",
+    parts: int = option(4, "the most parts an op is cut into along a static loop (equal ones where its size "
+                        "allows), when it moves enough even at symbolic sizes of 1",
                         check=_positive, expected="an integer >= 1")
     symbolic: bool = option(True, "split ops with symbolic sizes too (in up to 2 parts per thread, sized at run time)")
 
@@ -479,19 +480,26 @@ def _plan(op, opts: "Threads"):
     align = max(1, ALIGN_BYTES // _elem_bytes(out_t)) if out_pos == out_t.rank - 1 else 1
     shapes = [ir.MemRefType(v.type) for _, v, _ in operands]
     static = width = None
+    # the bytes it moves at the least: exactly when every size is static, else with each
+    # symbolic dim at 1
+    least = sum(_elem_bytes(t) * _prod([1 if n == DYN else n for n in t.shape]) for t in shapes)
     if all(DYN not in t.shape for t in shapes):
-        static = sum(_elem_bytes(t) * _prod(t.shape) for t in shapes)
+        static = least
+    elif not opts.symbolic and (extent == DYN or least < 2 * opts.min_bytes):
+        return None
+    if extent != DYN and (static is not None or least >= 2 * opts.min_bytes):
         chunks = -(-extent // align)
-        most = min(chunks, static // opts.min_bytes, opts.parts)
+        most = min(chunks, least // opts.min_bytes, opts.parts)
         if most <= 1:
             return None
-        # equal parts of a static width where they exist (the loop passes then see static sizes)
+        # equal parts of a static width where they exist (the loop passes then see static
+        # sizes along the split: a prefill matmul's columns, however long the prompt)
         if extent % align == 0:
             parts = next((n for n in range(most, 1, -1) if chunks % n == 0), 0)
             if parts:
                 width = extent // parts
-    elif not opts.symbolic:
-        return None
+        if static is None and width is None and not opts.symbolic:
+            return None
     return d, where, source, align, static, operands, width
 
 
