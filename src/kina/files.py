@@ -23,7 +23,6 @@ import warnings
 import zipfile
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 MAX_TEXT_BYTES = 64 << 20  # a .kina, .mlir or .json file larger than this is not one a person wrote
@@ -171,10 +170,18 @@ def read_npz(path, what: str = "") -> dict[str, np.ndarray]:
     return out
 
 
-# The safetensors dtypes NumPy can hold (BF16 through ml_dtypes).
-SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-                      "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
-                      "BOOL": np.bool_}
+# The safetensors dtypes NumPy can hold (BF16 through ml_dtypes, imported when a file has one:
+# importing it costs about half a second, which kinac's every start would pay).
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                      "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
+def safetensors_dtype(code: str) -> np.dtype:
+    """The NumPy dtype of a safetensors dtype code (a key of SAFETENSORS_DTYPES)."""
+    if code == "BF16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(SAFETENSORS_DTYPES[code])
 
 
 def safetensors_header(path, what: str = "") -> tuple[dict[str, dict], int]:
@@ -212,7 +219,7 @@ def safetensors_header(path, what: str = "") -> tuple[dict[str, dict], int]:
             raise FileError(path, what, f"tensor {name!r}: dtype {entry.get('dtype')!r} is not one Kina reads "
                                         f"({', '.join(SAFETENSORS_DTYPES)})")
         begin, end = entry["data_offsets"]
-        nbytes = math.prod(entry["shape"]) * np.dtype(SAFETENSORS_DTYPES[entry["dtype"]]).itemsize
+        nbytes = math.prod(entry["shape"]) * safetensors_dtype(entry["dtype"]).itemsize
         if end < begin or end - begin != nbytes:
             raise FileError(path, what, f"tensor {name!r}: offsets {begin}..{end} do not hold "
                                         f"{entry['shape']} {entry['dtype']} ({nbytes} bytes)")
@@ -239,7 +246,7 @@ def read_safetensors(path, what: str = "", names=None, mmap: bool = False) -> di
             data = np.memmap(path, np.uint8, mode="r", offset=start) if size > start else np.zeros(0, np.uint8)
             for name, entry in tensors.items():
                 begin, end = entry["data_offsets"]
-                dtype = np.dtype(SAFETENSORS_DTYPES[entry["dtype"]])
+                dtype = safetensors_dtype(entry["dtype"])
                 out[name] = data[begin:end].view(dtype).reshape(entry["shape"])
             return out
         with open(path, "rb") as f:
@@ -249,7 +256,7 @@ def read_safetensors(path, what: str = "", names=None, mmap: bool = False) -> di
                 data = f.read(end - begin)
                 if len(data) != end - begin:
                     raise FileError(path, what, f"is truncated inside tensor {name!r}")
-                dtype = np.dtype(SAFETENSORS_DTYPES[entry["dtype"]])
+                dtype = safetensors_dtype(entry["dtype"])
                 out[name] = np.frombuffer(data, dtype=dtype).copy().reshape(entry["shape"])
     except OSError as e:
         raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None

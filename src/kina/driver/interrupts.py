@@ -65,17 +65,32 @@ def _exit() -> None:
             proc.kill()
         except OSError:
             pass
-    import shutil  # here: imported at the top it would slow kinac's start, before `install`
     for path in sorted(_temporaries, reverse=True):  # a file inside a folder goes first
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        _remove(path)
     announce()
     os._exit(130)
+
+
+def _remove(path: str) -> None:
+    """Remove a file or a folder tree, each entry that can be, with `os` alone: an
+    interrupt can land while a module is half imported, and importing (shutil, say)
+    here could then fail on it (functools without lru_cache yet) and print a
+    traceback, not the line."""
+    def quietly(fn, p):
+        try:
+            fn(p)
+        except OSError:
+            pass
+    if os.path.isdir(path) and not os.path.islink(path):
+        for top, dirs, names in os.walk(path, topdown=False):
+            for name in names:
+                quietly(os.unlink, os.path.join(top, name))
+            for name in dirs:
+                d = os.path.join(top, name)
+                quietly(os.unlink if os.path.islink(d) else os.rmdir, d)
+        quietly(os.rmdir, path)
+    else:
+        quietly(os.unlink, path)
 
 
 def announce() -> None:

@@ -40,7 +40,6 @@ import os
 import threading
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from .. import knobs
@@ -124,13 +123,16 @@ def _descriptor_words(arrays) -> array.array:
     return array.array("q", words)
 
 
-# Kina dtype -> NumPy dtype; importing ml_dtypes is what makes NumPy know bfloat16
-_NUMPY_DTYPES = {name: np.dtype(ml_dtypes.bfloat16 if np_name == "bfloat16" else np_name)
-                 for name, (_, np_name, _) in DTYPES.items()}
+# Kina dtype -> NumPy dtype; BF16's comes from ml_dtypes, imported the first time it is
+# asked for (importing it costs about half a second, which every kinac start would pay)
+_NUMPY_DTYPES = {name: np.dtype(np_name) for name, (_, np_name, _) in DTYPES.items() if np_name != "bfloat16"}
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
     """The NumPy dtype of a Kina dtype name (BF16 is `ml_dtypes.bfloat16`)."""
+    if dtype not in _NUMPY_DTYPES and dtype in DTYPES:
+        import ml_dtypes  # what makes NumPy know bfloat16
+        _NUMPY_DTYPES[dtype] = np.dtype(ml_dtypes.bfloat16)
     return _NUMPY_DTYPES[dtype]
 
 
@@ -186,7 +188,7 @@ def _from_dlpack(a, t: TensorType, where: str) -> np.ndarray:
                          f"pass .detach() (a view of the same memory)")
     if str(getattr(a, "dtype", "")) == "torch.bfloat16":  # the same bits as int16, viewed as bfloat16
         import torch
-        return np.from_dlpack(a.view(torch.int16)).view(ml_dtypes.bfloat16)
+        return np.from_dlpack(a.view(torch.int16)).view(numpy_dtype("BF16"))
     try:
         return np.from_dlpack(a)
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
