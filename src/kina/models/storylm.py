@@ -367,8 +367,10 @@ class StoryLM(Decoder):
             self._head_kernel = self._kernels.logits_tied if self.tie_embeddings else self._kernels.logits
 
     def _compile(self):
+        largest = max(self.d_model * max(self.ffn_dim, self.n_heads * self.head_dim), self.vocab_size * self.d_model)
         return _program(KINA_DTYPES[self.dtype], self.d_model, self.n_kv_heads, self.n_heads // self.n_kv_heads,
-                        self.head_dim, self.ffn_dim, self.vocab_size, self.fma)
+                        self.head_dim, self.ffn_dim, self.vocab_size, self.fma,
+                        largest * self.dtype.itemsize >= THREADED_MIN_WEIGHT_BYTES)
 
     def _layer(self, i: int, x, cos, sin, k_past, v_past, mask, outs) -> None:
         """Layer i on x [1, P, D] at rotary rows cos, sin [1, P, 1, 1, R], after the caches
@@ -549,17 +551,26 @@ def norm_dtype(dtype: str) -> str:
     return "F64" if dtype == "F64" else "F32"
 
 
+# A model whose largest weight is smaller than this gets no threaded entries: no op of
+# its layer moves enough to be worth splitting (the threads pass's min-bytes is 64 KiB
+# per part), and the entries would double its build time.
+THREADED_MIN_WEIGHT_BYTES = 128 << 10
+
+
 @functools.lru_cache(maxsize=None)
 def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: int, ffn_dim: int, vocab_size: int,
-             fma: bool = False):
+             fma: bool = False, threaded: bool = True):
     """kernels/storylm.kina compiled for one dtype and size (B = 1; S and P stay symbolic);
     with `fma`, its matmuls round each multiply-add once (matmul-loops{fma=true}: faster
-    where they are compute-bound, prefill; other bits than the default's)."""
+    where they are compute-bound, prefill; other bits than the default's); without
+    `threaded`, no op of a symbolic size is split either (threads{symbolic=false}), so
+    that, every static one being small, no function gets a threaded entry."""
     import kina
     from kina.driver.pipeline import Options
     dims = dict(B=1, D=d_model, Hk=n_kv_heads, G=group, Dh=head_dim, R=head_dim // 2, Q=n_kv_heads * group * head_dim,
                 KV=n_kv_heads * head_dim, F=ffn_dim, V=vocab_size)
     options = Options()
-    if fma and options.opt_level > 0:  # at -O0 no matmul-loops runs: nothing to fuse
-        options = Options(pass_options="matmul-loops{fma=true}")
+    given = [*(["matmul-loops{fma=true}"] if fma else []), *([] if threaded else ["threads{symbolic=false}"])]
+    if given and options.opt_level > 0:  # at -O0 neither pass runs
+        options = Options(pass_options=",".join(given))
     return kina.compile_file(KERNELS / "storylm.kina", options, dtypes={"T": dtype, "W": norm_dtype(dtype)}, dims=dims)

@@ -54,7 +54,8 @@ view that holds the size, first becomes that size), whose size `kina_<f>_workspa
 computes from the same arguments; the caller zeroes it before each call and passes
 it to every thread.
 
-Guarantees: each output element is computed by exactly one part, by the same op
+A function none of whose ops is worth splitting gets no threaded entry (it would only
+run on one thread, at the cost of its code). Guarantees: each output element is computed by exactly one part, by the same op
 over the same reduction range as the original, so any thread count (and the
 original function) gives the same bits. A function this pass cannot take (an
 allocation inside a region, an op with memory effects that has results, a size it
@@ -297,6 +298,8 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> ir.Value:
 
     _fold_dims(block)
     tasks = _tasks(list(block.operations), opts)
+    if not any(kind == "split" for kind, _ in tasks):
+        raise _Skip()  # nothing to share: one thread would run every task while the others wait
     ops = list(block.operations)
     with ir.InsertionPoint(ops[0]), loc:
         address = memref.extract_aligned_pointer_as_index(ws)
