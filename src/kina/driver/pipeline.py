@@ -40,7 +40,7 @@ import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -96,7 +96,7 @@ class Build:
     so_path: Path | None = None
     started: dict = field(default_factory=dict)  # tool name -> toolchain.Started, waiting for its input
 
-    @property
+    @cached_property
     def passes(self) -> list[Pass]:
         """The passes this build runs, in order: `passes.selected`, the one place that
         says which (at -O0 none of the optimisations)."""

@@ -189,6 +189,17 @@ def _kind(op) -> str | None:
     return form if lhs == rhs == acc else "widening"
 
 
+def _widen_and_mac(narrow: ir.Type, elt: ir.Type, fma: bool):
+    """(widen, mac) for loops summing `narrow` operands in `elt`: widen(v) extends a
+    scalar or a vector to `elt` (itself when the types agree); mac(a, x, y) is a + x * y
+    as the reference body has it, fmul then fadd, or with `fma` rounded once (other bits)."""
+    widen = (lambda v: v) if narrow == elt else (lambda v: arith.ExtFOp(
+        ir.VectorType.get(v.type.shape, elt) if isinstance(v.type, ir.VectorType) else elt, v).result)
+    mac = (lambda a, x, y: math.FmaOp(x, y, a).result) if fma else \
+        (lambda a, x, y: arith.AddFOp(a, arith.MulFOp(x, y).result).result)
+    return widen, mac
+
+
 def transpose_in_registers(rows: list[ir.Value]) -> list[ir.Value]:
     """The columns of the square block whose rows are `rows` (n vectors of n lanes, n a
     power of two): column c's lane r is row r's lane c. log2(n) rounds of two-source
@@ -233,10 +244,7 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
     rhs_at = lambda b: [b[p] if p is not None else zero for p in rhs_batch]
     lanes = max(2, NT_ALIGN // (elt.width // 8))
     vt, nvt = ir.VectorType.get([lanes], elt), ir.VectorType.get([lanes], narrow)
-    widen = (lambda v: v) if narrow == elt else (lambda v: arith.ExtFOp(
-        ir.VectorType.get(v.type.shape, elt) if isinstance(v.type, ir.VectorType) else elt, v).result)
-    mac = (lambda a, x, y: math.FmaOp(x, y, a).result) if options.fma else \
-        (lambda a, x, y: arith.AddFOp(a, arith.MulFOp(x, y).result).result)
+    widen, mac = _widen_and_mac(narrow, elt, options.fma)
     rest = lambda n, w: arith.SubIOp(n, arith.RemUIOp(n, cst(w)).result).result  # n rounded down to w's multiple
     k_main = rest(K, lanes)
 
@@ -341,13 +349,8 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     narrow = ir.MemRefType(lhs.type).element_type
     in_bytes = narrow.width // 8
     nvtype = lambda vt: vt if vt is None or narrow == elt else ir.VectorType.get(vt.shape, narrow)
-    widen = (lambda v: v) if narrow == elt else \
-        (lambda v: arith.ExtFOp(ir.VectorType.get(v.type.shape, elt) if isinstance(v.type, ir.VectorType) else elt,
-                                v).result)
+    widen, mac = _widen_and_mac(narrow, elt, options.fma)
     line = max(1, NT_ALIGN // elt_bytes)  # elements in one cache line (a whole non-temporal store)
-    # a + x * y as the reference body has it, fmul then fadd; or, with `fma`, rounded once (other bits)
-    mac = (lambda a, x, y: math.FmaOp(x, y, a).result) if options.fma else \
-        (lambda a, x, y: arith.AddFOp(a, arith.MulFOp(x, y).result).result)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
     # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
     most, n_static = options.register_row_bytes // (width * elt_bytes), acc_t.shape[-1]

@@ -482,15 +482,12 @@ def _plan(op, opts: "Threads"):
     out_pos = next(p for k, v, p in where if k == outs[0][0])
     align = max(1, ALIGN_BYTES // _elem_bytes(out_t)) if out_pos == out_t.rank - 1 else 1
     shapes = [ir.MemRefType(v.type) for _, v, _ in operands]
-    static = width = None
     # the bytes it moves at the least: exactly when every size is static, else with each
     # symbolic dim at 1
     least = sum(_elem_bytes(t) * _prod([1 if n == DYN else n for n in t.shape]) for t in shapes)
-    if all(DYN not in t.shape for t in shapes):
-        static = least
-    elif not opts.symbolic and (extent == DYN or least < 2 * opts.min_bytes):
-        return None
-    if extent != DYN and (static is not None or least >= 2 * opts.min_bytes):
+    static = least if all(DYN not in t.shape for t in shapes) else None
+    width = None
+    if extent != DYN and (static is not None or least >= 2 * opts.min_bytes):  # parts sized now
         chunks = -(-extent // align)
         most = min(chunks, least // opts.min_bytes, opts.parts)
         if most <= 1:
@@ -501,8 +498,8 @@ def _plan(op, opts: "Threads"):
             parts = next((n for n in range(most, 1, -1) if chunks % n == 0), 0)
             if parts:
                 width = extent // parts
-        if static is None and width is None and not opts.symbolic:
-            return None
+    if static is None and width is None and not opts.symbolic:
+        return None  # parts sized at run time, which the options rule out
     return d, where, source, align, static, operands, width
 
 
