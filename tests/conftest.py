@@ -9,8 +9,8 @@ the diff before committing.
 
 `make test` runs the tests on two pytest-xdist workers (`-n 2 --dist loadfile`). A
 file's tests stay on one worker, so its module and session fixtures are built once;
-the files in KERNEL_GROUP build the same storylm.kina kernels (StoryLM, Hugging Face
-and bench_model's tiny shape at the same sizes), so they share a worker, one after
+the files in KERNEL_GROUP build the same storylm.kina kernels (StoryLM, Hugging Face at
+each dtype, and bench_model's tiny shape at the same sizes), so they share a worker, one after
 another, and each kernel is compiled once, then taken from the shared compile cache.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):
         np.full((1, 1, 1, 1), 1 / np.sqrt(max(Dh, 1)), dtype)
 
 
-KERNEL_GROUP = {"test_storylm", "test_hf", "test_bench_model"}
+KERNEL_GROUP = {"test_storylm", "test_hf", "test_hf_dtypes", "test_bench_model"}
 
 
 def pytest_xdist_make_scheduler(config, log):

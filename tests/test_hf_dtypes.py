@@ -1,0 +1,60 @@
+"""Hugging Face checkpoints at other precisions than the default build: F16 and BF16
+folders (read as float32, and computed in their own dtype), and fused multiply-adds
+(fma=True), each against transformers in float32 (tests/hf_checkpoints.py)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hf_checkpoints import (N_NEW, PROMPT, SPECS, build_hf, check_against_transformers, checkpoint,  # noqa: F401
+                            hf_classes, kina_model, reference_logits, rel_err, torch)
+
+import ml_dtypes  # noqa: E402
+
+from kina.models.generate import Pretrained, main  # noqa: E402
+from kina.models.hf import load_pretrained, read_safetensors  # noqa: E402
+
+
+def test_fused_multiply_adds_still_match_transformers(checkpoint, kina_model):
+    """fma=True (a faster prefill): other bits than the default's, the same tokens and
+    logits within the same bound against transformers, and the same bits on 1 and 2 threads.
+    (llama-mha: the build `kina generate --fma` of text_folder uses too.)"""
+    folder, hf = checkpoint("llama-mha")
+    fused = load_pretrained(folder, fma=True)
+    assert fused.fma and not kina_model("llama-mha").fma
+    got, _ = check_against_transformers(fused, hf)
+    plain = kina_model("llama-mha").trace(PROMPT, N_NEW)
+    assert got.tokens == plain.tokens and not np.array_equal(got.logits, plain.logits)
+    fused.threads = 2
+    assert np.array_equal(fused.trace(PROMPT, N_NEW).logits, got.logits)
+    with pytest.raises(TypeError, match="^fma: expected True or False, got str$"):
+        load_pretrained(folder, fma="yes")
+
+
+def test_kina_generate_fma(checkpoint, capsys):
+    """`kina generate --fma` is Pretrained(fma=True): the same ids."""
+    folder = checkpoint("llama-mha")[0]
+    assert main(["generate", str(folder), "--prompt-ids", "5,17,2", "--max-new-tokens", "12", "--json", "--fma"]) == 0
+    fused = Pretrained(folder, fma=True)
+    assert fused.model.fma and json.loads(capsys.readouterr().out)["ids"] == \
+        fused.generate([5, 17, 2], max_new_tokens=12).ids
+
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_half_precision_checkpoints(checkpoint, kina_model, tmp_path, half):
+    """A BF16 or F16 checkpoint, read as float32, against transformers reading it as float32:
+    the same tokens, logits within 1e-4. Computed in BF16 (F16) itself (--dtype BF16), the logits
+    stay within 5e-2 (5e-3) of the float32 reference over the first 8 tokens, greedy-chosen by Kina."""
+    hf = build_hf("llama", SPECS["llama-mha"][1]).to(getattr(torch, half))
+    hf.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == half
+    stored = read_safetensors(tmp_path / "model.safetensors")["model.norm.weight"].dtype
+    assert stored == (np.dtype(ml_dtypes.bfloat16) if half == "bfloat16" else np.float16)
+    hf32 = hf_classes("llama")[1].from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager").eval()
+    check_against_transformers(load_pretrained(tmp_path), hf32)
+    native = load_pretrained(tmp_path, dtype=ml_dtypes.bfloat16 if half == "bfloat16" else np.float16)
+    got = native.trace(PROMPT, 8)
+    want = reference_logits(hf32, PROMPT + got.tokens[:-1])[len(PROMPT) - 1:]
+    assert rel_err(got.logits.astype(np.float32), want) < (5e-2 if half == "bfloat16" else 5e-3)
