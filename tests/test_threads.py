@@ -89,6 +89,22 @@ def test_a_static_specialisation_is_bit_identical():
         assert np.array_equal(got, want)
 
 
+def test_without_the_copy_one_thread_runs_the_entry_with_the_same_bits(symbolic):
+    """threads{copy=false}: each function is a call of its entry on one thread (its own
+    workspace, counters zeroed per call, so calls may repeat), with the same bits."""
+    called = kina.compile_source(MLP, "mlp.kina", pipeline.Options(pass_options="threads{copy=false}"))
+    assert called.path.stat().st_size < 0.8 * symbolic.path.stat().st_size  # the loops are there once, not twice
+    for K, N, M in [(576, 1536, 576), (301, 1001, 577), (7, 3, 1)]:
+        args = mlp_inputs(K, N, M, seed=K)
+        (want,) = symbolic.mlp(*args, threads=1)
+        for _ in range(2):
+            assert np.array_equal(called.mlp(*args, threads=1)[0], want)
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(1, 5, 1, 64), (1, 5, 64, 33), (1, 5, 33, 64)]]
+    assert np.array_equal(called.attend(*args, threads=1)[0], symbolic.attend(*args, threads=1)[0])
+    assert np.array_equal(threaded_results(called.attend, args, 2)[0], symbolic.attend(*args, threads=1)[0])
+
+
 def test_call_unchecked_takes_the_threaded_entry_for_a_large_call(symbolic):
     args = mlp_inputs(576, 1536, 576)
     (want,) = symbolic.mlp(*args, threads=1)

@@ -1,4 +1,5 @@
 // RUN: kinac opt %s --passes threads | FileCheck %s
+// RUN: kinac opt %s --passes 'threads{copy=false}' | FileCheck %s --check-prefix=CALL
 
 // Each exported function gains a threaded entry that every thread of a call runs.
 // Its ops that touch memory are tasks: a small op is one part, run by whichever
@@ -7,7 +8,9 @@
 // thread, that threads claim until none is left. A task that reads what an earlier
 // one wrote first waits until that one's parts are done. Temporaries become views of
 // the shared workspace, after the tasks' counters (128 bytes per task); a companion
-// function returns the workspace's size. The original function is left as it was.
+// function returns the workspace's size. The original function is left as it was;
+// with copy=false it becomes a call of the entry on one thread, with a workspace of
+// its own whose counters it zeroes.
 
 // CHECK-DAG:   func.func private @kina_claim(index) -> index
 // CHECK-DAG:   func.func private @kina_done(index)
@@ -16,6 +19,15 @@
 // CHECK:         memref.alloc()
 // CHECK-NOT:     kina_
 // CHECK:         return
+// CALL-LABEL:  func.func @kina_f(
+// CALL-SAME:     %[[X:[^:]+]]: memref<1x1x576xf32, {{.+}}>, %[[W:[^:]+]]: memref<576x1536xf32, {{.+}}>, %[[O:[^:]+]]: memref<1x1x1536xf32, {{.+}}>)
+// CALL-NEXT:     %[[BYTES:.+]] = call @kina_f_workspace(%[[X]], %[[W]], %[[O]])
+// CALL-NEXT:     %[[OWN:.+]] = memref.alloc(%[[BYTES]]) {alignment = 64 : i64} : memref<?xi8>
+// CALL:          %[[HEAD:.+]] = memref.view %[[OWN]][%{{.+}}][] : memref<?xi8> to memref<384xi8>{{$}}
+// CALL:          linalg.fill ins(%{{.+}} : i8) outs(%[[HEAD]] : memref<384xi8>)
+// CALL:          call @kina_f_threaded(%[[X]], %[[W]], %[[O]], %c0{{.*}}, %c1{{.*}}, %[[OWN]])
+// CALL-NEXT:     return
+// CALL-LABEL:  func.func @kina_f_threaded(
 
 // CHECK-LABEL: func.func @kina_f_threaded(
 // CHECK-SAME:    %[[TID:[^:]+]]: index, %[[N:[^:]+]]: index, %[[WS:[^:]+]]: memref<?xi8>) attributes {llvm.emit_c_interface}

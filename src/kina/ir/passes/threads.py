@@ -7,7 +7,8 @@
       linalg.fill ins(%zero) outs(%out0)
       linalg.generic {matmul} ins(%t, %w) outs(%out0)        // 3.5 MiB
     }
-gains, beside it (the original is kept as it is),
+gains, beside it (the original is kept as it is; with copy=false it becomes a call of
+the entry on one thread, shown below),
     func.func @kina_f_threaded(%x, %w, %out0, %tid: index, %nthreads: index, %ws: memref<?xi8>) {
       %t = memref.view %ws[%c256][] : memref<?xi8> to memref<1x1x576xf32>
       scf.if (call @kina_claim(task 0) == 0) {               // one part: whoever claims it
@@ -27,7 +28,16 @@ gains, beside it (the original is kept as it is),
     func.func @kina_f_workspace(%x, %w, %out0) -> index    // bytes %ws needs: 256 + 2304
 
 (`%tid` is the thread's number, 0 for the caller; the entry does not read it, since
-any thread may claim any part, but a runtime may.)
+any thread may claim any part, but a runtime may.) With copy=false the original is
+    func.func @kina_f(%x, %w, %out0) {
+      %ws = memref.alloc(call @kina_f_workspace(%x, %w, %out0)) : memref<?xi8>
+      linalg.fill ins(%c0_i8) outs(view %ws[0][] : memref<256xi8>)   // the two tasks' counters
+      call @kina_f_threaded(%x, %w, %out0, %c0, %c1, %ws)
+    }
+so the loops are compiled once, not twice: a SmolLM-size storylm.kina builds in 8.4 s
+rather than 15.4 s. One thread then runs the parts' loops, which read a weight's rows
+in strided pieces, not the whole op's, which reads them back to back: a decode step
+takes 7% longer and a prefill of 32 tokens 30% (docs/performance.md, "Compile time").
 
 The function's ops that touch memory become tasks, in order. A linalg.generic, fill
 or copy that moves at least `min-bytes` per part is split along one parallel loop
@@ -65,14 +75,15 @@ runtime then calls the original on one thread.
 In:  after bufferization and copies-to-linalg, before the loop passes (matmul-loops,
 sum-loops), which then lower the split ops on their subviews.
 Out: the same module, plus `<f>_threaded` and `<f>_workspace` per function and the
-declarations of `kina_claim`, `kina_done` and `kina_wait`.
+declarations of `kina_claim`, `kina_done` and `kina_wait` (with copy=false, each
+function that got an entry is a call of it on one thread).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, func, memref, scf
+from mlir.dialects import arith, func, linalg, memref, scf
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
@@ -106,6 +117,9 @@ class Threads(KinaPass):
                         "allows), when it moves enough even at symbolic sizes of 1",
                         check=_positive, expected="an integer >= 1")
     symbolic: bool = option(True, "split ops with symbolic sizes too (in up to 2 parts per thread, sized at run time)")
+    copy: bool = option(True, "keep the original function's body beside its threaded entry (false: the original "
+                        "becomes a call of the entry on one thread: half the code to compile, the same bits, but "
+                        "one thread runs the parts' loops, slower than the whole op's)")
 
     def run(self, module_op) -> None:
         body = module_op.regions[0].blocks[0]
@@ -164,12 +178,33 @@ def _thread(fn, name: str, opts: "Threads") -> bool:
     clone.move_after(fn.operation)
     try:
         with fn.location:
-            total = _rewrite(clone.opview, f"{name}_threaded", opts)
+            total, counters = _rewrite(clone.opview, f"{name}_threaded", opts)
             _sizing(clone.opview, total, n_args, f"{name}_workspace")
     except _Skip:
         clone.erase()
         return False
+    if not opts.copy and not ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).results:
+        _one_thread(fn, name, counters)
     return True
+
+
+def _one_thread(fn, name: str, counters: int) -> None:
+    """Replace `fn`'s body by a call of its threaded entry on one thread, with a workspace
+    of its own whose task counters start at zero (the temporaries need no zeroing: each
+    is written before it is read, as a fresh allocation would be)."""
+    block = fn.regions[0].blocks[0]
+    for op in reversed(list(block.operations)):
+        op.erase()
+    args = list(block.arguments)
+    i8 = ir.IntegerType.get_signless(8)
+    with ir.InsertionPoint(block), fn.location:
+        nbytes = func.call([index_type()], ir.FlatSymbolRefAttr.get(f"{name}_workspace"), args)
+        ws = memref.alloc(ir.MemRefType.get([DYN], i8), [nbytes], [], alignment=ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), ALIGN_BYTES))
+        head = memref.view(ir.MemRefType.get([counters], i8), ws, index(0), [])
+        linalg.fill(arith.constant(i8, 0), outs=[head])
+        func.call([], ir.FlatSymbolRefAttr.get(f"{name}_threaded"), [*args, index(0), index(1), ws])
+        func.ReturnOp([])
 
 
 def _dynamic_size(src: ir.Value, a: int) -> ir.Value | None:
@@ -282,8 +317,9 @@ def _nbytes(m: ir.Value) -> ir.Value:
     return out
 
 
-def _rewrite(fn, new_name: str, opts: "Threads") -> ir.Value:
-    """Turn the clone `fn` into the threaded entry; returns the workspace bytes (an index value)."""
+def _rewrite(fn, new_name: str, opts: "Threads") -> tuple[ir.Value, int]:
+    """Turn the clone `fn` into the threaded entry; returns the workspace bytes (an index
+    value) and how many of them, first, are the tasks' counters."""
     fn.attributes["sym_name"] = ir.StringAttr.get(new_name)
     block = fn.regions[0].blocks[0]
     loc = fn.location
@@ -320,8 +356,9 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> ir.Value:
             offset = _align(_add(offset, nbytes))
         op.results[0].replace_all_uses_with(view)
         op.erase()
+    counters = 2 * ALIGN_BYTES * len(tasks)
     with ir.InsertionPoint(ops[-1]), loc:  # before the return
-        total = _add(index(2 * ALIGN_BYTES * len(tasks)), offset)
+        total = _add(index(counters), offset)
 
     def counter(k: int, which: int) -> ir.Value:
         return arith.addi(address, index(2 * ALIGN_BYTES * k + ALIGN_BYTES * which))
@@ -367,7 +404,7 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> ir.Value:
             for o in group:
                 o.move_before(end_call.operation)
         pending.append((k, parts, accesses))
-    return total
+    return total, counters
 
 
 def _index(ops, op) -> int:
