@@ -100,12 +100,19 @@ def test_rows_dotted_with_a_transposed_rhs_agree_at_O0_and_O3(T):
     summed as dot products, `lanes` rows at a time through a square transposed in
     registers; V and D on and off whole blocks, B = 1 and more, symbolic and static."""
     o3, o0 = _compile(TIED, 3, T), _compile(TIED, 0, T)
-    for i, (V, D, B) in enumerate([(16, 16, 1), (40, 37, 1), (100, 576, 1), (33, 5, 3), (7, 64, 2), (64, 1, 1)]):
+    # B = 16, 29 (16 + 8 + 4 + 1), 40: a block of rows against 16 columns at a time, then halving groups
+    cases = [(16, 16, 1), (40, 37, 1), (100, 576, 1), (33, 5, 3), (7, 64, 2), (64, 1, 1), (48, 40, 16),
+             (40, 37, 29), (33, 70, 40)]
+    for i, (V, D, B) in enumerate(cases):
         t, x = _inputs([(V, D), (B, D)], DTYPES[T], i)
         assert_same(o3(t, x)[0], o0(t, x)[0], what=f"{T} V={V} D={D} B={B} transposed rhs")
-    V, D, B = 200, 96, 1
-    t, x = _inputs([(V, D), (B, D)], DTYPES[T], 9)
-    _same_at_both_levels(TIED, T, [t, x], dims=(("V", V), ("D", D), ("B", B)))
+    for V, D, B in [(200, 96, 1), (64, 50, 23)]:
+        t, x = _inputs([(V, D), (B, D)], DTYPES[T], 9)
+        _same_at_both_levels(TIED, T, [t, x], dims=(("V", V), ("D", D), ("B", B)))
+    odd = kina.compile_source(TIED, "<matmul-loops>", Options(dtypes=(("T", T),),
+                                                              pass_options="matmul-loops{transposed-columns=3}")).f
+    t, x = _inputs([(40, 37), (29, 37)], DTYPES[T], 11)
+    assert_same(odd(t, x)[0], o0(t, x)[0], what=f"{T} transposed-columns=3")
     if T != "BF16":  # strided rows: a slice of a wider table
         tb, x = _inputs([(50, 70), (2, 40)], DTYPES[T], 10)
         assert_same(o3(tb[:, 3:43], x)[0], o0(tb[:, 3:43], x)[0], what=f"{T} strided table rows")

@@ -561,7 +561,7 @@ func.func @prefetch(%x: memref<3x16xf32>, %w: memref<16x192xf32>, %acc: memref<3
 // CHECK-SAME:    %[[T:[^:]+]]: memref<40x20xf32>, %[[X:[^:]+]]: memref<20x1xf32, strided<[1, 20]>>, %[[ACC:[^:]+]]: memref<40x1xf32>)
 // CHECK-NOT:     linalg.generic
 // CHECK:         scf.for %[[I0:.+]] = %{{.+}} to %{{.+}} step %c16
-// CHECK-NEXT:      scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:           scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
 // CHECK-COUNT-16:    memref.load %[[ACC]]
 // CHECK:             %[[START:.+]] = vector.from_elements {{.+}} : vector<16xf32>
 // CHECK:             %[[SUMS:.+]] = scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %c16{{.*}} iter_args(%[[S:.+]] = %[[START]]) -> (vector<16xf32>) {
@@ -588,6 +588,37 @@ func.func @prefetch(%x: memref<3x16xf32>, %w: memref<16x192xf32>, %acc: memref<3
 func.func @transposed(%t: memref<40x20xf32>, %x: memref<20x1xf32, strided<[1, 20]>>, %acc: memref<40x1xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
       ins(%t, %x : memref<40x20xf32>, memref<20x1xf32, strided<[1, 20]>>) outs(%acc : memref<40x1xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// More columns on the other side (a prompt's rows, x[19, 20] viewed transposed): a
+// block of rows takes `transposed-columns` (16) of them at once, each square
+// transposed once for all 16 and each column with its own vector of sums, then the
+// rest in halving groups; with 19 columns, static, only the groups of 16, 2 and 1 run,
+// and only they are emitted.
+// CHECK-LABEL: func.func @transposed_columns(
+// CHECK:         scf.for %[[I0:.+]] = %{{.+}} to %{{.+}} step %c16
+// CHECK:           scf.for %{{.+}} = %c0{{.*}} to %{{.+}} step %c16{{.*}} {
+// CHECK-COUNT-256:   memref.load %{{.+}} : memref<40x19xf32>
+// CHECK:             scf.for {{.+}} -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>) {
+// CHECK-COUNT-64:      vector.shuffle
+// CHECK-NOT:           vector.shuffle
+// CHECK:               scf.yield {{.+}} : vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>{{$}}
+// CHECK:           scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c2{{.*}} {
+// CHECK:             scf.for {{.+}} -> (vector<16xf32>, vector<16xf32>) {
+// CHECK:           scf.for %{{.+}} = %{{.+}} to %c19{{.*}} step %c1{{.*}} {
+// CHECK:             scf.for {{.+}} -> (vector<16xf32>) {
+// CHECK-NOT:       step %c8
+// CHECK-NOT:       step %c4
+// CHECK:         return
+func.func @transposed_columns(%t: memref<40x20xf32>, %x: memref<20x19xf32, strided<[1, 20]>>, %acc: memref<40x19xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%t, %x : memref<40x20xf32>, memref<20x19xf32, strided<[1, 20]>>) outs(%acc : memref<40x19xf32>) {
   ^bb0(%a: f32, %b: f32, %s: f32):
     %m = arith.mulf %a, %b : f32
     %r = arith.addf %s, %m : f32

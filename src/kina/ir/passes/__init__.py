@@ -33,6 +33,7 @@ from .matmul_loops import MatmulLoops
 from .reuse_dying_operands import ReuseDyingOperands
 from .sum_loops import SumLoops
 from .threads import Threads
+from .transposed_views import TransposedViews
 
 Pass = KinaPass | UpstreamPass
 
@@ -43,6 +44,7 @@ PASSES: tuple[Pass, ...] = (
     UpstreamPass("bufferize", "one-shot bufferization: tensors to memrefs, in place where it can",
                  "eliminate-empty-tensors,one-shot-bufferize"),
     CopiesToLinalg(),
+    TransposedViews(),
     Threads(),
     MatmulLoops(),
     SumLoops(),

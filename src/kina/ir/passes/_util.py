@@ -139,6 +139,16 @@ def unit_innermost(t: ir.Type) -> bool:
         return False
 
 
+def transposed_view(m: ir.Value, perm: list[int]) -> ir.Value:
+    """`m` with its dims permuted (dim a of the view is dim perm[a] of `m`): a
+    memref.transpose, whose strided layout is `m`'s strides permuted."""
+    t = ir.MemRefType(m.type)
+    strides, offset = t.get_strides_and_offset()
+    view = ir.MemRefType.get([t.shape[p] for p in perm], t.element_type,
+                             ir.StridedLayoutAttr.get(offset, [strides[p] for p in perm]), t.memory_space)
+    return memref.TransposeOp(view, m, ir.AffineMapAttr.get(ir.AffineMap.get_permutation(perm))).result
+
+
 def stride_of(t: ir.Type, a: int) -> int | None:
     """The static stride of dim `a` of memref `t` (None when it is dynamic or the layout is not strided)."""
     if not isinstance(t, ir.MemRefType) or t.rank == 0:

@@ -78,7 +78,10 @@ goes `lanes` of them at a time (one 64-byte line of sums, 16 for F32):
     }
 
 so lane r sums row r in k order, as the plain loops do; the last k and rows go one
-at a time. F16/BF16 rows are widened as loaded, the other side once into an F32 copy.
+at a time. A block of rows takes `transposed-columns` (16) columns of the other side
+at once (a prompt's rows: each square is transposed once for all of them, each column
+with its own vector of sums), then the rest in halving groups. F16/BF16 rows are
+widened as loaded, the other side once into an F32 copy.
 
 A widening matmul (F16 or BF16 operands, F32 sums: the reference body extends x and
 y) runs the same loops, each loaded vector (and each lhs scalar) extended once, then
@@ -105,7 +108,7 @@ from mlir.dialects import arith, linalg, math, memref, scf, vector
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
 from ._util import NO_MATCH, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, stride_of, \
-    unit_innermost
+    transposed_view, unit_innermost
 
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
 
@@ -150,6 +153,9 @@ class MatmulLoops(KinaPass):
                               "every tile of rows reads it)", check=lambda n: n >= 1, expected="an integer >= 1")
     pack: bool = option(True, "register tiles read each block of rhs from a copy with its rows back to back")
     fma: bool = option(False, "fused multiply-adds (one rounding per k): faster GEMMs, but not the bits of -O0")
+    transposed_columns: int = option(16, "columns of the other side a block of rows of the transposed form takes at "
+                                     "once (each square transposed once for all of them, their sums in registers)",
+                                     check=_at_least_1, expected="an integer from 1 to 64")
 
     def run(self, module_op) -> None:
         def matmul(op, rewriter):
@@ -250,12 +256,8 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
 
     def rows_of_rhs():
         """rhs as rows along k: a view with its last two dims swapped."""
-        t = ir.MemRefType(rhs.type)
-        perm = [*range(t.rank - 2), t.rank - 1, t.rank - 2]
-        strides, offset = t.get_strides_and_offset()
-        view = ir.MemRefType.get([t.shape[p] for p in perm], t.element_type,
-                                 ir.StridedLayoutAttr.get(offset, [strides[p] for p in perm]))
-        return memref.TransposeOp(view, rhs, ir.AffineMapAttr.get(ir.AffineMap.get_permutation(perm))).result
+        rank = ir.MemRefType(rhs.type).rank
+        return transposed_view(rhs, [*range(rank - 2), rank - 1, rank - 2])
 
     def blocked(along: str):
         """The loops with the rows of lhs ("i") or of rhs_rows ("j") in blocks."""
@@ -272,31 +274,38 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
         r_main, R_last = rest(R, lanes), arith.SubIOp(R, one).result
         prefetch = options.prefetch_bytes > 0
 
-        def block(b, r0, c, ys):
+        def block(b, r0, c0, ys, width=1):
+            """The block of rows from r0 against the `width` columns c0, c0 + 1, ...: each
+            square is transposed once for all of them, each column with its own sums."""
             rows = [r0] + [arith.AddIOp(r0, cst(r)).result for r in range(1, lanes)]
-            y_at = lambda k: vector.BroadcastOp(vt, memref.LoadOp(ys, [k, c]).result if ys is not None else
-                                                other(b, k, c)).result
+            cs = [c0] + [arith.AddIOp(c0, cst(c)).result for c in range(1, width)]
+            y_at = lambda k, c: vector.BroadcastOp(vt, memref.LoadOp(ys, [k, c]).result if ys is not None else
+                                                   other(b, k, c)).result
             ahead = [arith.MinUIOp(arith.AddIOp(r, cst(lanes)).result, R_last).result for r in rows]
 
-            def square(k0, sums):
+            def square(k0, *sums):
                 if prefetch:  # the next block's same lines: each of its rows one stream ahead
                     for r in ahead:
                         memref.PrefetchOp(rows_of, [*rows_at(b), r, k0], False, 3, True)
                 cols = transpose_in_registers(
                     [widen(vector.LoadOp(nvt, rows_of, [*rows_at(b), r, k0]).result) for r in rows])
+                sums = list(sums)
                 for k, col in enumerate(cols):
-                    sums = mac(sums, col, y_at(arith.AddIOp(k0, cst(k)).result if k else k0))
-                return [sums]
+                    kk = arith.AddIOp(k0, cst(k)).result if k else k0
+                    sums = [mac(a, col, y_at(kk, c)) for a, c in zip(sums, cs)]
+                return sums
 
-            def single_k(k, sums):
-                col = vector.FromElementsOp(nvt, [memref.LoadOp(rows_of, [*rows_at(b), r, k]).result
-                                                  for r in rows]).result
-                return [mac(sums, widen(col), y_at(k))]
-            start = vector.FromElementsOp(vt, [memref.LoadOp(acc, at(b, r, c)).result for r in rows]).result
-            sums = loop(zero, k_main, cst(lanes), square, [start])
-            sums = loop(k_main, K, one, single_k, sums)[0]
-            for lane, r in enumerate(rows):
-                memref.StoreOp(vector.ExtractOp(sums, [], [lane]).result, acc, at(b, r, c))
+            def single_k(k, *sums):
+                col = widen(vector.FromElementsOp(nvt, [memref.LoadOp(rows_of, [*rows_at(b), r, k]).result
+                                                        for r in rows]).result)
+                return [mac(a, col, y_at(k, c)) for a, c in zip(sums, cs)]
+            starts = [vector.FromElementsOp(vt, [memref.LoadOp(acc, at(b, r, c)).result for r in rows]).result
+                      for c in cs]
+            sums = loop(zero, k_main, cst(lanes), square, starts)
+            sums = loop(k_main, K, one, single_k, sums)
+            for a, c in zip(sums, cs):
+                for lane, r in enumerate(rows):
+                    memref.StoreOp(vector.ExtractOp(a, [], [lane]).result, acc, at(b, r, c))
 
         def single_row(b, r, c):
             def add(k, a):
@@ -311,9 +320,27 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
                 dyn = [v for v, n in ((K, k_static), (C, c_static)) if n == DYN]
                 ys = memref.AllocOp(ir.MemRefType.get([k_static, c_static], elt), dyn, []).result
                 nest([K, C], lambda kc: memref.StoreOp(widen(other(b, *kc)), ys, kc))
-            # a block of rows against every c in turn: the block is read from memory once,
-            # from cache for the other c's
-            loop(zero, r_main, cst(lanes), lambda r0: loop(zero, C, one, lambda c: block(b, r0, c, ys)))
+            # a block of rows against the c's, `transposed-columns` at a time, the rest in
+            # halving groups (down to one): the block is read from memory once, from cache for
+            # the later c's; with C static, only the groups that run are emitted
+            widths, w = [], options.transposed_columns
+            while w >= 1:
+                widths.append(w)
+                w //= 2
+            if c_static != DYN:
+                left, runs = c_static, []
+                for w in widths:
+                    runs.append((w, left // w))
+                    left %= w
+                widths = [w for w, n in runs if n]
+
+            def against_columns(r0):
+                start = zero
+                for w in widths:
+                    end = arith.AddIOp(start, rest(arith.SubIOp(C, start).result, w)).result if w > 1 else C
+                    loop(start, end, cst(w), lambda c0, w=w: block(b, r0, c0, ys, w))
+                    start = end
+            loop(zero, r_main, cst(lanes), against_columns)
             loop(r_main, R, one, lambda r: loop(zero, C, one, lambda c: single_row(b, r, c)))
 
         nest(sizes[:-2], per_batch)

@@ -95,10 +95,11 @@ SYMBOLIC_EXTENT = 64  # what a symbolic dim counts as when splits are compared (
 PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
 
 # ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
-_PURE = {"memref.dim", "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
+_PURE = {"memref.dim", "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.transpose",
          "memref.reinterpret_cast", "memref.view", "memref.extract_aligned_pointer_as_index", "affine.apply"}
 _PURE_DIALECTS = ("arith.", "index.", "math.")
-_VIEWS = {"memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast"}
+_VIEWS = {"memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast",
+          "memref.transpose"}
 
 
 def _positive(n: int) -> bool:
