@@ -131,7 +131,7 @@ let f = fn[T](x: tensor<T, [P, K], @host>, w: tensor<T, [N, K], @host>) -> (tens
 def test_x_times_a_transposed_weight_agrees_at_O0_and_O3(T):
     """x[P, K] @ W[N, K]ᵀ (PyTorch's Linear layout): rhs columns run along k; the side
     with more rows is blocked (W's rows for a decode row, x's for a long prompt), chosen
-    at run time when sizes are symbolic, statically otherwise."""
+    at run time when both sizes are symbolic; when only one is, the static side."""
     o3, o0 = _compile(LINEAR, 3, T), _compile(LINEAR, 0, T)
     for i, (P, K, N) in enumerate([(1, 576, 100), (1, 16, 16), (3, 40, 33), (40, 20, 3), (17, 33, 17), (2, 5, 1)]):
         x, w = _inputs([(P, K), (N, K)], DTYPES[T], 30 + i)

@@ -80,8 +80,10 @@ goes `lanes` of them at a time (one 64-byte line of sums, 16 for F32):
 so lane r sums row r in k order, as the plain loops do; the last k and rows go one
 at a time. A block of rows takes `transposed-columns` (16) columns of the other side
 at once (a prompt's rows: each square is transposed once for all of them, each column
-with its own vector of sums), then the rest in halving groups. F16/BF16 rows are
-widened as loaded, the other side once into an F32 copy.
+with its own vector of sums), then the rest in halving groups. When one side's
+size is static and the other's symbolic (a weight against a prompt), the static side's
+rows are the blocked ones; when both are symbolic, the longer side, chosen at run time.
+F16/BF16 rows are widened as loaded, the other side once into an F32 copy.
 
 A widening matmul (F16 or BF16 operands, F32 sums: the reference body extends x and
 y) runs the same loops, each loaded vector (and each lhs scalar) extended once, then
@@ -324,9 +326,10 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
             # halving groups (down to one): the block is read from memory once, from cache for
             # the later c's; with C static, only the groups that run are emitted
             widths, w = [], options.transposed_columns
-            while w >= 1:
+            while w > 1:
                 widths.append(w)
                 w //= 2
+            widths.append(1)
             if c_static != DYN:
                 left, runs = c_static, []
                 for w in widths:
@@ -348,6 +351,8 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
     n_static, i_static = acc_t.shape[-1], acc_t.shape[-2]
     if DYN not in (n_static, i_static):
         return blocked("j" if n_static > i_static else "i")
+    if (n_static == DYN) != (i_static == DYN):  # the static side (a weight's rows) in blocks, the other in groups
+        return blocked("i" if n_static == DYN else "j")
     if_op = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ugt, N, I).result, has_else=True)
     for where, along in ((if_op.then_block, "j"), (if_op.else_block, "i")):
         with ir.InsertionPoint(where):
