@@ -33,6 +33,10 @@ import pytest
 
 from conftest import EXAMPLES
 
+# subprocess forks; JAX, when test_arrays has imported it into this worker earlier,
+# warns at every fork that its threads may deadlock the child (which only execs kinac)
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 STATIC = EXAMPLES / "storylm0_kv_step.kina"
 DELAYS_MS = [0, 20, 50, 100, 200, 400]
 ATTEMPTS = 3
