@@ -37,7 +37,7 @@ def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):
         np.full((1, 1, 1, 1), 1 / np.sqrt(max(Dh, 1)), dtype)
 
 
-KERNEL_GROUP = {"test_storylm", "test_hf", "test_hf_dtypes", "test_bench_model"}
+KERNEL_GROUP = {"test_storylm", "test_hf", "test_hf_dtypes", "test_hf_text", "test_bench_model"}
 
 
 def pytest_xdist_make_scheduler(config, log):
