@@ -54,6 +54,21 @@ def pytest_xdist_make_scheduler(config, log):
     return ByFile(config, log)
 
 
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """tests/hf_checkpoints.py's Hugging Face folders by name -> (folder, the transformers
+    model), each written once per session for every file that asks (skipped without torch)."""
+    from hf_checkpoints import checkpoints
+    return checkpoints(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def kina_model(checkpoint):
+    """The StoryLM of each of those folders by name, loaded once per session."""
+    from hf_checkpoints import models
+    return models(checkpoint)
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current compiler")
 

@@ -6,9 +6,9 @@ The reference is transformers itself, in float32 with eager attention: the logit
 every position of prompt + Kina's greedy tokens, in one forward pass, whose argmaxes
 must be Kina's tokens (so transformers' greedy loop would choose the same ones) and
 whose values must be within a bound of Kina's (relative to the row's largest).
-`checkpoint(name)` and `kina_model(name)` are session fixtures: each folder is written
-once and each model loaded once per test file (the kernel builds are shared through the
-compile cache).
+`checkpoints` and `models` are behind the session fixtures `checkpoint(name)` and
+`kina_model(name)` (tests/conftest.py): each folder is written and each model loaded
+once per session, for every file that uses them.
 """
 from __future__ import annotations
 
@@ -63,9 +63,8 @@ def build_hf(arch, changes, seed=0):
     return model
 
 
-@pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory):
-    """name -> (folder, the transformers model); built once per session."""
+def checkpoints(tmp_path_factory):
+    """name -> (folder, the transformers model) of SPECS, each built on first use."""
     made = {}
 
     def get(name):
@@ -79,8 +78,8 @@ def checkpoint(tmp_path_factory):
     return get
 
 
-@pytest.fixture(scope="session")
-def kina_model(checkpoint):
+def models(checkpoint):
+    """name -> Kina's StoryLM of that checkpoint's folder, each loaded on first use."""
     made = {}
 
     def get(name):

@@ -19,8 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-from hf_checkpoints import (BASE, N_NEW, PROMPT, SPECS, check_against_transformers, checkpoint,  # noqa: F401
-                            kina_model, torch)
+from hf_checkpoints import (BASE, N_NEW, PROMPT, SPECS, check_against_transformers,  # noqa: F401
+                            torch)
 
 tokenizers = pytest.importorskip("tokenizers")
 

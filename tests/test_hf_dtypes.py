@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from hf_checkpoints import (N_NEW, PROMPT, SPECS, build_hf, check_against_transformers, checkpoint,  # noqa: F401
-                            hf_classes, kina_model, reference_logits, rel_err, torch)
+from hf_checkpoints import (N_NEW, PROMPT, SPECS, build_hf, check_against_transformers,  # noqa: F401
+                            hf_classes, reference_logits, rel_err, torch)
 
 import ml_dtypes  # noqa: E402
 

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from hf_checkpoints import PROMPT, checkpoint, kina_model, torch, transformers  # noqa: F401
+from hf_checkpoints import PROMPT, torch, transformers  # noqa: F401
 
 tokenizers = pytest.importorskip("tokenizers")
 
