@@ -180,28 +180,40 @@ def test_kina_generate_errors_are_one_line(checkpoint, capsys, argv, words):
 @pytest.mark.parametrize("when", ["start", "decode"])
 def test_kina_generate_interrupted_exits_130_with_one_line(checkpoint, when):
     """Ctrl-C while `kina generate` starts, or once it is decoding (its first progress
-    line seen): its one line and exit status 130."""
+    line seen): its one line and exit status 130.
+
+    The tiny model decodes its last 104 tokens in a few milliseconds, so on a loaded
+    machine the interrupt can land after the command has printed everything, while the
+    interpreter shuts down (its handlers reset, the default action kills it, -SIGINT) or
+    after it has exited (status 0). Such a late try is tried again, up to five times;
+    every try that lands while the command runs must give the line and 130."""
     import os
     import signal
     import time
     folder = str(checkpoint("llama-mha")[0])
     code = "import sys\nsys.argv[0] = 'kina'\nfrom kina.__main__ import generate\nsys.exit(generate())"
-    proc = subprocess.Popen([sys.executable, "-c", code, "generate", folder, "--prompt-ids", "1,2,3",
-                             "--max-new-tokens", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen = ""
-    if when == "start":
-        time.sleep(0.05)
-    else:
-        seen = proc.stderr.readline()  # "[16/120 tokens]": decoding
-        assert "tokens]" in seen, seen
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-    except ProcessLookupError:
-        pass
-    out, err = proc.communicate(timeout=120)
-    err = seen + err
-    if when == "start" and (proc.returncode == -signal.SIGINT or err.rstrip().endswith("KeyboardInterrupt")):
-        return  # the interpreter's own start, before the entry point's first statement (tests/test_interrupts.py)
-    assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
-    assert err.endswith("kina generate: interrupted\n"), err
+    for attempt in range(5):
+        proc = subprocess.Popen([sys.executable, "-c", code, "generate", folder, "--prompt-ids", "1,2,3",
+                                 "--max-new-tokens", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        seen = ""
+        if when == "start":
+            time.sleep(0.05)
+        else:
+            seen = proc.stderr.readline()  # "[16/120 tokens]": decoding
+            assert "tokens]" in seen, seen
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate(timeout=120)
+        err = seen + err
+        if when == "start" and (proc.returncode == -signal.SIGINT or err.rstrip().endswith("KeyboardInterrupt")):
+            return  # the interpreter's own start, before the entry point's first statement (tests/test_interrupts.py)
+        if when == "decode" and out.strip() and proc.returncode in (0, -signal.SIGINT):
+            continue  # too late: every id was already printed (see above)
+        assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
+        assert err.endswith("kina generate: interrupted\n"), err
+        return
+    pytest.fail("every interrupt landed after kina generate had finished")
