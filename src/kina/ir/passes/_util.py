@@ -139,6 +139,19 @@ def unit_innermost(t: ir.Type) -> bool:
         return False
 
 
+# ops whose result views its first operand's memory (no copy, no effect of their own)
+VIEWS = frozenset({"memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
+                   "memref.reinterpret_cast", "memref.transpose"})
+
+
+def buffer_root(v: ir.Value) -> ir.Value:
+    """The buffer `v` views: a parameter or a temporary, through subviews, reshapes, casts
+    and transposes."""
+    while isinstance(v, ir.OpResult) and v.owner.name in VIEWS:
+        v = v.owner.operands[0]
+    return v
+
+
 def transposed_view(m: ir.Value, perm: list[int]) -> ir.Value:
     """`m` with its dims permuted (dim a of the view is dim perm[a] of `m`): a
     memref.transpose, whose strided layout is `m`'s strides permuted."""

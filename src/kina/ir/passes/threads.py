@@ -87,7 +87,7 @@ from mlir.dialects import arith, func, linalg, memref, scf
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
-from ._util import functions, iterators_of, maps_of
+from ._util import VIEWS, buffer_root, functions, iterators_of, maps_of
 
 ALIGN_BYTES = 64  # each temporary starts on a cache line, as memref.alloc's alignment gave it
 CLAIM, DONE, WAIT = "kina_claim", "kina_done", "kina_wait"  # kina_threads.c
@@ -95,11 +95,8 @@ SYMBOLIC_EXTENT = 64  # what a symbolic dim counts as when splits are compared (
 PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
 
 # ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
-_PURE = {"memref.dim", "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.transpose",
-         "memref.reinterpret_cast", "memref.view", "memref.extract_aligned_pointer_as_index", "affine.apply"}
+_PURE = VIEWS | {"memref.dim", "memref.view", "memref.extract_aligned_pointer_as_index", "affine.apply"}
 _PURE_DIALECTS = ("arith.", "index.", "math.")
-_VIEWS = {"memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast",
-          "memref.transpose"}
 
 
 def _positive(n: int) -> bool:
@@ -244,24 +241,17 @@ def _identity(t: ir.MemRefType) -> bool:
     return isinstance(t.layout, ir.AffineMapAttr) and t.layout.value == ir.AffineMap.get_identity(t.rank)
 
 
-def _root(v: ir.Value) -> ir.Value:
-    """The buffer `v` views: a parameter or a temporary, through subviews, reshapes and casts."""
-    while isinstance(v, ir.OpResult) and v.owner.name in _VIEWS:
-        v = v.owner.operands[0]
-    return v
-
-
 def _accesses(op) -> list[tuple[ir.Value, str]]:
     """(root, "r" / "rw") per memref operand; any op but these three may write all of them."""
     out = []
     if op.name == "linalg.generic":
         g = op.opview
-        out += [(_root(v), "r") for v in g.inputs] + [(_root(v), "rw") for v in g.outputs]
+        out += [(buffer_root(v), "r") for v in g.inputs] + [(buffer_root(v), "rw") for v in g.outputs]
     elif op.name in ("linalg.fill", "linalg.copy"):
         *ins, dst = op.operands
-        out += [(_root(v), "r") for v in ins if isinstance(v.type, ir.MemRefType)] + [(_root(dst), "rw")]
+        out += [(buffer_root(v), "r") for v in ins if isinstance(v.type, ir.MemRefType)] + [(buffer_root(dst), "rw")]
     else:
-        out += [(_root(v), "rw") for v in op.operands if isinstance(v.type, ir.MemRefType)]
+        out += [(buffer_root(v), "rw") for v in op.operands if isinstance(v.type, ir.MemRefType)]
     return out
 
 

@@ -31,15 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import linalg, memref
+from mlir.dialects import linalg
 
 from ._pass import KinaPass
-from ._util import NO_MATCH, apply_patterns, matmul_form, transposed_view
+from ._util import NO_MATCH, VIEWS, apply_patterns, buffer_root, matmul_form, transposed_view
 
 # ops that read or view memory but write none
-_READERS = ("memref.dim", "memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
-            "memref.transpose", "memref.load", "memref.extract_aligned_pointer_as_index",
-            "memref.extract_strided_metadata")
+_READERS = VIEWS | {"memref.dim", "memref.load", "memref.extract_aligned_pointer_as_index",
+                    "memref.extract_strided_metadata"}
 
 
 @dataclass(frozen=True)
@@ -52,21 +51,14 @@ class TransposedViews(KinaPass):
         apply_patterns(module_op, {linalg.TransposeOp: _transpose})
 
 
-def _root(v: ir.Value) -> ir.Value:
-    while isinstance(v, ir.OpResult) and v.owner.name in ("memref.subview", "memref.expand_shape",
-                                                           "memref.collapse_shape", "memref.cast", "memref.transpose"):
-        v = v.owner.operands[0]
-    return v
-
-
 def _may_write(op, root: ir.Value) -> bool:
     """Might `op` write the buffer `root` (through any view of it)?"""
     if op.name in _READERS or op.name.startswith(("arith.", "index.", "math.")):
         return False
     outputs = getattr(op.opview, "outputs", None) if op.name.startswith("linalg.") else None
     if outputs is not None:  # a structured op writes its outputs only
-        return any(_root(v) == root for v in outputs)
-    return any(isinstance(v.type, ir.MemRefType) and _root(v) == root for v in op.operands) or bool(op.regions)
+        return any(buffer_root(v) == root for v in outputs)
+    return any(isinstance(v.type, ir.MemRefType) and buffer_root(v) == root for v in op.operands) or bool(op.regions)
 
 
 def _transpose(op, rewriter):
@@ -85,7 +77,7 @@ def _transpose(op, rewriter):
         if pos is None or pos < at or matmul_form(r) is None or any(v == dst for v in r.opview.outputs):
             return NO_MATCH
         last = max(last, pos)
-    root = _root(src)
+    root = buffer_root(src)
     if any(_may_write(o.operation, root) for o in ops[at + 1:last]):
         return NO_MATCH
     perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
