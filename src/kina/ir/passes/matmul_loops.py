@@ -230,8 +230,9 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
     """acc[b, i, j] += sum over k of lhs[b, i, k] * rhs[b, k, j] where both run along k
     (rhs a transposed view: a tied head's table @ xᵀ, or x @ Wᵀ), as dot products of
     k-contiguous rows, each summed in k order. The rows of the longer side (lhs's, or
-    rhs's columns when there are more of them; decided at run time when a size is
-    symbolic) go a block of `lanes` (one line of sums) at a time: each step of
+    rhs's columns when there are more of them; the static side when only one size is;
+    decided at run time when both are symbolic) go a block of `lanes` (one line of
+    sums) at a time, against `transposed-columns` of the other side's at once: each step of
     k loads `lanes` consecutive k of every row of the block (one line of each, read side
     by side, prefetching the next block's), transposes that square in registers, and
     adds its columns to the block's vector of sums one k after another, each times the
