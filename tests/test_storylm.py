@@ -172,6 +172,20 @@ def test_grouped_query_biased_tied_models_agree_with_numpy():
     assert rel_err(got.logits, want.logits).max() < 1e-5
 
 
+def test_a_tied_head_is_the_untied_head_of_the_same_values_bit_for_bit():
+    """A tied model holds its table once, as [D, V] (the head's layout), and reads its
+    embedding rows through that copy's transpose: the same bits as an untied model whose
+    head is the table transposed."""
+    tied = model(tie_embeddings=True, seed=14)
+    w = {name: np.ascontiguousarray(a) for name, a in tied.weights.items()}
+    untied = model(weights={**w, "head": np.ascontiguousarray(w["embed"].T)})
+    head = tied._head
+    assert head.shape == (32, 320) and head.flags.c_contiguous and np.shares_memory(tied.weights["embed"], head)
+    a, b = tied.trace(PROMPT, 12), untied.trace(PROMPT, 12)
+    assert a.tokens == b.tokens
+    assert_same(np.asarray(a.logits), np.asarray(b.logits))
+
+
 def test_prefill_then_decode_equals_token_by_token():
     m = model(seed=6)
     tokens = PROMPT + [3, 70, 12]

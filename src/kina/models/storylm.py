@@ -18,9 +18,12 @@ gain and eps, NeoX rotary embedding on q and k (inverse frequencies from
 scaled by 1/sqrt(head_dim) with n_kv_heads key/value heads each shared by
 n_heads / n_kv_heads query heads (grouped-query attention), a SwiGLU MLP; then a
 final RMSNorm and the output head. Projections are stored [in, out] (a projection is
-x @ W), the head too ([D, V]); a tied head (`tie_embeddings`) is the embedding
-table itself, [V, D], read by its own head program (kernels/storylm.kina's
-`logits_tied`) with no transposed copy. The tensors (D = d_model,
+x @ W), the head too ([D, V]). A tied head (`tie_embeddings`) is the embedding
+table, [V, D]: the model holds it once, transposed to [D, V] when it is built, so
+the head is the same `x @ W` (read row after row, at the read floor, where
+`table @ xᵀ` is compute-bound on transposing squares: docs/performance.md, "A tied
+head read [D, V]"; the same bits), and the embedding rows are read through that
+copy's transpose. The tensors (D = d_model,
 F = ffn_dim, V = vocab_size, Q = n_heads * head_dim, KV = n_kv_heads * head_dim;
 i = 0 .. n_layers-1):
 
@@ -273,7 +276,8 @@ class StoryLM(Decoder):
     d_model / n_heads, no biases, an untied head, unscaled rotary. `max_seq_len` bounds
     the positions (the rotary tables' length); nothing else depends on it.
     `model.weights` holds the tensors by name (np.savez(path, **model.weights) writes a
-    file that loads back).
+    file that loads back); with tie_embeddings, its "embed" is a view, the transpose of
+    the [D, V] copy the head reads (np.ascontiguousarray makes it contiguous).
     """
 
     def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, ffn_dim: int,
@@ -355,8 +359,12 @@ class StoryLM(Decoder):
                 return zeros[name]
             return a.reshape(shapes[name]) if name in shapes else a
         self._layers = [[arg(f"layers.{i}.", n) for n in _LAYER_WEIGHTS] for i in range(self.n_layers)]
+        if self.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row
+            head = runtime.empty((D, self.vocab_size), dt)
+            head[...] = w["embed"].T
+            w["embed"] = head.T
         self._norm, self._embed = w["norm"].reshape(1, 1, D), w["embed"]
-        self._head = w["embed"] if self.tie_embeddings else w["head"]  # tied: the table itself, [V, D]
+        self._head = w["embed"].T if self.tie_embeddings else w["head"]
         self._eps = np.full((1, 1, 1), self.eps, runtime.numpy_dtype(norm_dtype(KINA_DTYPES[self.dtype])))
         self._scale = np.full((1, 1, 1, 1), 1 / math.sqrt(self.head_dim), dt)
         angle = np.arange(self.max_seq_len, dtype=np.float64)[:, None] * self._inv_freq[None, :]
@@ -364,7 +372,7 @@ class StoryLM(Decoder):
         self._sin = np.sin(angle).astype(dt).reshape(self.max_seq_len, 1, 1, R)
         self._kernels = self._compile()
         if self._kernels is not None:
-            self._head_kernel = self._kernels.logits_tied if self.tie_embeddings else self._kernels.logits
+            self._head_kernel = self._kernels.logits
 
     def _compile(self):
         largest = max(self.d_model * max(self.ffn_dim, self.n_heads * self.head_dim), self.vocab_size * self.d_model)
@@ -541,8 +549,7 @@ class NumPyStoryLM(StoryLM):
         return self._run([token], cache)
 
     def _logits(self, x):
-        head = self._head.T if self.tie_embeddings else self._head
-        return (self._rms_norm(x[:, -1:], self._norm) @ head)[0, 0]
+        return (self._rms_norm(x[:, -1:], self._norm) @ self._head)[0, 0]
 
 
 def norm_dtype(dtype: str) -> str:
