@@ -31,6 +31,7 @@ from .fence_nontemporal import FenceNontemporal
 from .fuse_concat_matmul import FuseConcatMatmul
 from .matmul_loops import MatmulLoops
 from .reuse_dying_operands import ReuseDyingOperands
+from .split_k import SplitK
 from .sum_loops import SumLoops
 from .threads import Threads
 from .transposed_views import TransposedViews
@@ -45,6 +46,7 @@ PASSES: tuple[Pass, ...] = (
                  "eliminate-empty-tensors,one-shot-bufferize"),
     CopiesToLinalg(),
     TransposedViews(),
+    SplitK(),
     Threads(),
     MatmulLoops(),
     SumLoops(),

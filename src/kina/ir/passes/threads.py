@@ -95,7 +95,8 @@ SYMBOLIC_EXTENT = 64  # what a symbolic dim counts as when splits are compared (
 PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
 
 # ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
-_PURE = VIEWS | {"memref.dim", "memref.view", "memref.extract_aligned_pointer_as_index", "affine.apply"}
+_PURE = VIEWS | {"memref.dim", "memref.view", "memref.extract_aligned_pointer_as_index", "memref.extract_strided_metadata",
+                 "affine.apply"}
 _PURE_DIALECTS = ("arith.", "index.", "math.")
 
 

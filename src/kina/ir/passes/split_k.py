@@ -1,0 +1,143 @@
+"""split-k: a one-row matmul over a weight sums its k in fixed chunks, then adds them in order.
+
+    linalg.fill ins(%zero) outs(%acc : memref<1x1x1536xf32>)
+    linalg.generic {matmul} ins(%x, %w : memref<1x1x576xf32, ...>, memref<576x1536xf32, ...>)
+                            outs(%acc)                                   // acc + x * w
+becomes, with `chunks` = 16 (576 = 16 chunks of 36 k),
+    linalg.fill ins(%zero) outs(%acc)
+    %p = memref.alloc() : memref<16x1x1536xf32>
+    linalg.fill ins(%zero) outs(%p)
+    %xc = memref.reinterpret_cast %x to [16, 1, 36] strides [36, 36, 1]   // chunk c: x[.., 36c : 36c + 36]
+    %wc = memref.reinterpret_cast %w to [16, 36, 1536] strides [36 * s, s, 1]   // rows 36c .. 36c + 35
+    linalg.generic {matmul} ins(%xc, %wc) outs(%p)                      // p[c] = x's chunk c @ w's
+    linalg.generic {c outermost: reduction} ins(%p) outs(%acc)           // acc + p[c], c = 0, 1, ...
+
+Why: a decode row x[1, K] @ W[K, N] is read-bound, and the threads pass splits an op
+along an output loop, here W's columns: each thread reads a short piece of every row
+of W, which reads far below a whole row's rate on the machines measured
+(docs/performance.md, "Split-k"). Chunks of k are blocks of whole rows of W, so
+threads split the chunks' matmul along c: each part reads one contiguous block.
+
+Which matmuls: plain or broadcast matmul generics on memrefs (matmul_form) with one
+output row (batch dims and i all of size 1), a 2-d rhs (a weight) with a unit
+innermost stride and static K and N, K a multiple of `chunks`, at least `min-bytes`
+of rhs, and rows of at most `max-row-bytes` (longer rows split into columns of
+whole pages, and their partial sums would be large). Others are left as they are.
+
+In:  after bufferization (matmuls on memrefs), before threads and matmul-loops (which
+take the chunks' batched matmul like any other).
+Out: the same module, each such matmul as a batched matmul into a temporary of
+`chunks` partial rows and an in-order sum of them.
+
+Guarantees: each output element is the sum, in ascending c, of the chunks' sums,
+each in ascending k, starting from the element's value before the matmul: an order
+fixed by this pass, the same for any thread count and CPU. It is not the order of
+-O0 (one running sum over k), so the bits can differ from an unchunked build in the
+last places.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, linalg, memref
+
+from ..irbuild import DYN, affine_map, index, mac, matmul_maps
+from ._pass import KinaPass, option
+from ._util import NO_MATCH, apply_patterns, batch_indices, maps_of, matmul_form, stride_of, unit_innermost
+
+
+def _at_least_2(n: int) -> bool:
+    return 2 <= n <= 1024
+
+
+def _positive(n: int) -> bool:
+    return n >= 1
+
+
+@dataclass(frozen=True)
+class SplitK(KinaPass):
+    name = "split-k"
+    summary = ("a one-row matmul over a weight in fixed chunks of k (blocks of whole rows, which threads split), "
+               "their partial rows then added in order")
+    optimisation = True
+    chunks: int = option(16, "chunks of k (each a block of whole rhs rows)", check=_at_least_2,
+                         expected="an integer from 2 to 1024")
+    min_bytes: int = option(256 << 10, "rhs bytes a matmul must read to be chunked", check=_positive,
+                            expected="an integer >= 1")
+    max_row_bytes: int = option(16 << 10, "the longest rhs row that is chunked (longer ones split well into columns)",
+                                check=_positive, expected="an integer >= 1")
+
+    def run(self, module_op) -> None:
+        def matmul(op, rewriter):
+            if not _takes(op, self):
+                return NO_MATCH
+            with rewriter.ip, op.location:
+                _emit(op, self.chunks)
+            rewriter.erase_op(op.operation)
+        apply_patterns(module_op, {linalg.GenericOp: matmul})
+
+
+def _takes(op, options: SplitK) -> bool:
+    form = matmul_form(op)
+    if form not in ("plain", "broadcast"):
+        return False
+    lhs, rhs = list(op.opview.inputs)
+    acc = list(op.opview.outputs)[0]
+    types = [v.type for v in (lhs, rhs, acc)]
+    if not all(isinstance(t, ir.MemRefType) and unit_innermost(t) for t in types):
+        return False
+    lhs_t, rhs_t, acc_t = (ir.MemRefType(t) for t in types)
+    if rhs_t.rank != 2 or any(n != 1 for n in acc_t.shape[:-1]) or any(n != 1 for n in lhs_t.shape[:-1]):
+        return False  # one output row against a weight (every batch dim and i of size 1)
+    if batch_indices(maps_of(op)[1], acc_t.rank - 2, "rhs") != []:
+        return False
+    K, N = rhs_t.shape
+    if DYN in (K, N) or K % options.chunks or stride_of(lhs_t, lhs_t.rank - 1) != 1:
+        return False
+    width = rhs_t.element_type.width // 8
+    return K * N * width >= options.min_bytes and N * width <= options.max_row_bytes
+
+
+def _emit(op, chunks: int) -> None:
+    lhs, rhs = list(op.opview.inputs)
+    acc = list(op.opview.outputs)[0]
+    lhs_t, rhs_t, acc_t = (ir.MemRefType(v.type) for v in (lhs, rhs, acc))
+    K, N = rhs_t.shape
+    part, sums = K // chunks, acc_t.element_type
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+
+    def chunked(m: ir.Value, shape: list[int], strides) -> ir.Value:
+        """`m` viewed as `shape` from its own offset, with `strides` (ints, or index values)."""
+        meta = memref.ExtractStridedMetadataOp(m)
+        static = [s if isinstance(s, int) else dyn for s in strides]
+        t = ir.MemRefType.get(shape, ir.MemRefType(m.type).element_type,
+                              ir.StridedLayoutAttr.get(dyn, static), ir.MemRefType(m.type).memory_space)
+        return memref.ReinterpretCastOp(t, m, [meta.offset], [], [s for s in strides if not isinstance(s, int)],
+                                        [dyn], shape, static).result
+
+    # chunk c of x is its k from c * part; chunk c of w is its rows from c * part
+    xc = chunked(lhs, [chunks, 1, part], [part, part, 1])
+    row = memref.ExtractStridedMetadataOp(rhs).strides[0]
+    wc = chunked(rhs, [chunks, part, N], [arith.MulIOp(row, index(part)).result, row, 1])
+    p = memref.AllocOp(ir.MemRefType.get([chunks, 1, N], sums), [], []).result
+    linalg.fill(arith.ConstantOp(sums, 0.0).result, outs=[p])
+    maps, iterators = matmul_maps(3)
+    _generic([xc, wc], p, maps[:3], iterators, mac)  # p[c] = x's chunk c @ w's rows of chunk c
+    # acc[.., 0, j] += p[c, 0, j], c outermost (in order), j innermost
+    r = acc_t.rank
+    d = [ir.AffineDimExpr.get(a) for a in range(r + 1)]  # (c, acc's dims...)
+    _generic([p], acc, [affine_map(r + 1, [d[0], d[r - 1], d[r]]), affine_map(r + 1, d[1:])],
+             ["reduction"] + ["parallel"] * r, lambda v, a: arith.AddFOp(a, v).result)
+
+
+def _generic(inputs, out, maps, iterators, body) -> None:
+    """A linalg.generic on memrefs (no results) writing `out`; `body(*block_args)` is the yielded value."""
+    op = linalg.GenericOp(result_tensors=[], inputs=inputs, outputs=[out],
+                          indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                          iterator_types=ir.ArrayAttr.get(
+                              [ir.Attribute.parse(f"#linalg.iterator_type<{it}>") for it in iterators]))
+    block = op.regions[0].blocks.append(*[ir.MemRefType(v.type).element_type for v in [*inputs, out]],
+                                        arg_locs=[op.location] * (len(inputs) + 1))
+    with ir.InsertionPoint(block):
+        linalg.YieldOp([body(*block.arguments)])
