@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
-from ..irbuild import DYN, affine_map, index, mac, matmul_maps
+from ..irbuild import DYN, affine_map, index, matmul_maps
 from ._pass import KinaPass, option
 from ._util import NO_MATCH, apply_patterns, batch_indices, maps_of, matmul_form, stride_of, unit_innermost
 
@@ -123,12 +123,27 @@ def _emit(op, chunks: int) -> None:
     p = memref.AllocOp(ir.MemRefType.get([chunks, 1, N], sums), [], []).result
     linalg.fill(arith.ConstantOp(sums, 0.0).result, outs=[p])
     maps, iterators = matmul_maps(3)
-    _generic([xc, wc], p, maps[:3], iterators, mac)  # p[c] = x's chunk c @ w's rows of chunk c
+    _generic([xc, wc], p, maps[:3], iterators, _body_of(op))  # p[c] = x's chunk c @ w's rows of chunk c
     # acc[.., 0, j] += p[c, 0, j], c outermost (in order), j innermost
     r = acc_t.rank
     d = [ir.AffineDimExpr.get(a) for a in range(r + 1)]  # (c, acc's dims...)
     _generic([p], acc, [affine_map(r + 1, [d[0], d[r - 1], d[r]]), affine_map(r + 1, d[1:])],
              ["reduction"] + ["parallel"] * r, lambda v, a: arith.AddFOp(a, v).result)
+
+
+def _body_of(op):
+    """A body builder that clones `op`'s own body (acc + x * y, widened as it was) onto new block arguments."""
+    block = op.regions[0].blocks[0]
+
+    def body(*args):
+        mapping = dict(zip(block.arguments, args))
+        for inner in list(block.operations)[:-1]:  # all but the yield
+            clone = inner.clone()
+            for i, v in enumerate(clone.operands):
+                clone.operands[i] = mapping.get(v, v)
+            mapping.update(zip(inner.results, clone.results))
+        return mapping[list(block.operations)[-1].operands[0]]
+    return body
 
 
 def _generic(inputs, out, maps, iterators, body) -> None:
