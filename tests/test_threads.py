@@ -147,6 +147,27 @@ def test_the_barrier_holds_over_many_calls(symbolic, threads):
     assert np.array_equal(out, want)
 
 
+def test_only_the_counters_are_zeroed_between_calls(symbolic):
+    """Before each call the runtime zeroes the workspace's task counters only
+    (`kina_<f>_counters` bytes): the temporaries after them are written before they are
+    read. Garbage left there, and new inputs, still give the one-thread results."""
+    fn = symbolic.mlp
+    args = mlp_inputs(256, 384, 256, seed=1)
+    arrays, _ = fn._bind(args)
+    out = runtime.empty((1, 1, 256), np.float32)
+    call = fn.prepare(arrays, [out], threads=2)
+    call()
+    bytes_needed = fn._workspace_bytes(*call._pointers)
+    assert 0 < fn._counter_bytes < bytes_needed
+    ws = call._workspace._buffer
+    ws[fn._counter_bytes:bytes_needed] = 0xFF  # NaNs in every temporary
+    fresh = mlp_inputs(256, 384, 256, seed=2)
+    for a, b in zip(arrays, fresh):
+        a[...] = b
+    call()
+    assert np.array_equal(out, fn(*fresh, threads=1)[0])
+
+
 def test_concurrent_callers_each_have_their_own_workspace(symbolic):
     args = mlp_inputs(576, 1536, 576)
     (want,) = symbolic.mlp(*args, threads=1)

@@ -70,6 +70,11 @@
 // CHECK-NOT:     kina_wait
 // CHECK:         return
 
+// the bytes a caller zeroes before each call: the three tasks' counters, not %t
+// CHECK-LABEL: func.func @kina_f_counters() -> index attributes {llvm.emit_c_interface}
+// CHECK-NEXT:    %[[COUNTERS:.+]] = arith.constant 384 : index
+// CHECK-NEXT:    return %[[COUNTERS]] : index
+
 // three tasks' counters (384 bytes), then %t (2304 bytes)
 // CHECK-LABEL: func.func @kina_f_workspace(
 // CHECK-SAME:    -> index attributes {llvm.emit_c_interface}

@@ -348,9 +348,9 @@ class Function:
     def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0, threaded=None):
         self._module, self.signature, self._cfunc = module, sig, cfunc
         self.independent_axes = independent_axes
-        # (entry, workspace sizing) of the threaded entry (kina.ir.passes.threads), or None
+        # (entry, workspace sizing, counter bytes or None) of the threaded entry (kina.ir.passes.threads), or None
         self.threaded = threaded is not None
-        self._threaded, self._workspace_bytes = threaded or (None, None)
+        self._threaded, self._workspace_bytes, counters = threaded or (None, None, None)
         self._workspaces = threading.local()  # one workspace per calling thread
         self.__name__ = sig.name
         self._plan = CheckPlan(sig)
@@ -362,6 +362,10 @@ class Function:
             self._threaded.restype = None
             self._threaded.argtypes = [ctypes.c_void_p] * len(ranks) + [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
             self._workspace_bytes.restype, self._workspace_bytes.argtypes = ctypes.c_int64, [ctypes.c_void_p] * len(ranks)
+        self._counter_bytes = None  # the workspace's bytes to zero before a call (None: all of them)
+        if counters is not None:
+            counters.restype, counters.argtypes = ctypes.c_int64, []
+            self._counter_bytes = counters()
         self._result_dtypes = [numpy_dtype(t.dtype) for t in sig.results]
 
     def __repr__(self) -> str:
@@ -450,7 +454,7 @@ class Function:
     def _run_threaded(self, pointers: list[int], threads: int, workspace: "Workspace") -> None:
         """The threaded entry on `threads` threads (this one and workers), each with its id,
         sharing `workspace`, grown first to the bytes this call's sizes need."""
-        descriptor = workspace.fit(self._workspace_bytes(*pointers))
+        descriptor = workspace.fit(self._workspace_bytes(*pointers), self._counter_bytes)
         if len(pointers) <= TEAM_MAX_ARGS:
             team = self._module.team(threads - 1)
             args = (ctypes.c_void_p * len(pointers))(*pointers)
@@ -504,21 +508,22 @@ TEAM_MAX_ARGS = 48  # kina_threads.c's KINA_TEAM_MAX_ARGS: a function with more 
 
 class Workspace:
     """The memory the threads of one threaded call share: the counters of its tasks, then
-    its temporaries; zeroed before each call (the counters must start at 0). It grows,
+    its temporaries; the counters are zeroed before each call (they must start at 0). It grows,
     never shrinks; calls that may run at once need workspaces of their own."""
 
     def __init__(self):
         self._buffer, self._words, self.capacity = None, array.array("q", [0] * 5), 0
 
-    def fit(self, nbytes: int) -> int:
-        """A pointer to the memref<?xi8> descriptor of at least `nbytes` bytes."""
+    def fit(self, nbytes: int, zeroed: int | None = None) -> int:
+        """A pointer to the memref<?xi8> descriptor of at least `nbytes` bytes, whose first
+        `zeroed` (the task counters; None: all `nbytes`) are zero."""
         if nbytes > self.capacity:
             self.capacity = max(int(nbytes), 2 * self.capacity)
             self._buffer = zeros(self.capacity, np.uint8)
             p = data_pointer(self._buffer)
             self._words[:] = array.array("q", [p, p, 0, self.capacity, 1])
         else:
-            ctypes.memset(self._words[1], 0, nbytes)
+            ctypes.memset(self._words[1], 0, nbytes if zeroed is None else min(zeroed, nbytes))
         return self._words.buffer_info()[0]
 
 
@@ -776,7 +781,9 @@ class Module:
             if obj.get("threaded"):
                 try:
                     threaded = (getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_threaded"),
-                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_workspace"))
+                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_workspace"),
+                                # an older .so has no counters function: all its workspace is zeroed
+                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_counters", None))
                 except AttributeError:
                     raise LoadError(f"{path}: sidecar says function '{sig.name}' is threaded but the .so has no "
                                     f"threaded entry for it") from None

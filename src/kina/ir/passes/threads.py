@@ -61,8 +61,10 @@ Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
 workspace `%ws` (two counters per task, each on its own cache line, then every
 temporary at a 64-byte boundary, none reused; a `memref.dim` of a temporary, or of a
 view that holds the size, first becomes that size), whose size `kina_<f>_workspace`
-computes from the same arguments; the caller zeroes it before each call and passes
-it to every thread.
+computes from the same arguments; the caller zeroes its counters (`kina_<f>_counters`
+bytes, the first ones) before each call and passes it to every thread. The
+temporaries need no zeroing: each is written before it is read, as a fresh
+allocation is (a SmolLM layer step's workspace is 450 KB, its counters a few KB).
 
 A function none of whose ops is worth splitting gets no threaded entry (it would only
 run on one thread, at the cost of its code). Guarantees: each output element is computed by exactly one part, by the same op
@@ -74,7 +76,7 @@ runtime then calls the original on one thread.
 
 In:  after bufferization and copies-to-linalg, before the loop passes (matmul-loops,
 sum-loops), which then lower the split ops on their subviews.
-Out: the same module, plus `<f>_threaded` and `<f>_workspace` per function and the
+Out: the same module, plus `<f>_threaded`, `<f>_workspace` and `<f>_counters` per function and the
 declarations of `kina_claim`, `kina_done` and `kina_wait` (with copy=false, each
 function that got an entry is a call of it on one thread).
 """
@@ -92,6 +94,7 @@ from ._util import VIEWS, buffer_root, functions, iterators_of, maps_of
 ALIGN_BYTES = 64  # each temporary starts on a cache line, as memref.alloc's alignment gave it
 CLAIM, DONE, WAIT = "kina_claim", "kina_done", "kina_wait"  # kina_threads.c
 SYMBOLIC_EXTENT = 64  # what a symbolic dim counts as when splits are compared (a prompt's length, say)
+_ADDED = ("_threaded", "_workspace", "_counters")  # the functions this pass adds beside each one
 PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
 
 # ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
@@ -128,7 +131,7 @@ class Threads(KinaPass):
             name = ir.StringAttr(fn.sym_name).value
             if "llvm.emit_c_interface" not in fn.attributes or fn.is_external:
                 continue
-            if f"{name}_threaded" in names or f"{name}_workspace" in names or name.endswith(("_threaded", "_workspace")):
+            if any(f"{name}{s}" in names for s in _ADDED) or name.endswith(_ADDED):
                 continue
             made |= _thread(fn, name, self)
         if made:
@@ -163,7 +166,7 @@ def _kind(op) -> str:
 
 
 def _thread(fn, name: str, opts: "Threads") -> bool:
-    """Add `<name>_threaded` and `<name>_workspace` beside `fn`; False if it cannot be taken."""
+    """Add `<name>_threaded`, `<name>_workspace` and `<name>_counters` beside `fn`; False if it cannot be taken."""
     block = fn.regions[0].blocks[0]
     if len(fn.regions[0].blocks) != 1:
         return False
@@ -179,6 +182,7 @@ def _thread(fn, name: str, opts: "Threads") -> bool:
         with fn.location:
             total, counters = _rewrite(clone.opview, f"{name}_threaded", opts)
             _sizing(clone.opview, total, n_args, f"{name}_workspace")
+            _counter_bytes(clone.opview, counters, f"{name}_counters")
     except _Skip:
         clone.erase()
         return False
@@ -621,6 +625,17 @@ def _subview(v: ir.Value, p: int, lo: ir.Value, size) -> ir.Value:
     sizes = [n if n != DYN else memref.dim(v, index(a)) for a, n in enumerate(t.shape)]
     offsets[p], sizes[p] = lo, size
     return memref.subview(v, offsets, sizes, [1] * t.rank, result_type=result)
+
+
+def _counter_bytes(threaded, counters: int, name: str) -> None:
+    """`name() -> index`: the bytes of the workspace's task counters, its first bytes: the
+    part a caller zeroes before each call (the temporaries after them need no zeroing)."""
+    with ir.InsertionPoint(threaded.operation), threaded.location:
+        fn = func.FuncOp(name, ([], [index_type()]))
+    fn.operation.move_after(threaded.operation)
+    fn.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+    with ir.InsertionPoint(fn.add_entry_block()), threaded.location:
+        func.ReturnOp([index(counters)])
 
 
 def _sizing(threaded, total: ir.Value, n_args: int, name: str) -> None:
