@@ -15,8 +15,9 @@ becomes, with `chunks` = 16 (576 = 16 chunks of 36 k),
 Why: a decode row x[1, K] @ W[K, N] is read-bound, and the threads pass splits an op
 along an output loop, here W's columns: each thread reads a short piece of every row
 of W, which reads far below a whole row's rate on the machines measured
-(docs/performance.md, "Split-k"). Chunks of k are blocks of whole rows of W, so
-threads split the chunks' matmul along c: each part reads one contiguous block.
+(docs/performance.md, "Split-k: whole rows per thread"). Chunks of k are blocks of
+whole rows of W, so threads split the chunks' matmul along c: each part reads one
+contiguous block.
 
 Which matmuls: plain or broadcast matmul generics on memrefs (matmul_form) with one
 output row (batch dims and i all of size 1), a 2-d rhs (a weight) with a unit
@@ -44,7 +45,7 @@ from mlir.dialects import arith, linalg, memref
 
 from ..irbuild import DYN, affine_map, index, matmul_maps
 from ._pass import KinaPass, option
-from ._util import NO_MATCH, apply_patterns, batch_indices, maps_of, matmul_form, stride_of, unit_innermost
+from ._util import NO_MATCH, apply_patterns, batch_indices, maps_of, matmul_form, unit_innermost
 
 
 def _at_least_2(n: int) -> bool:
@@ -79,8 +80,7 @@ class SplitK(KinaPass):
 
 
 def _takes(op, options: SplitK) -> bool:
-    form = matmul_form(op)
-    if form not in ("plain", "broadcast"):
+    if matmul_form(op) not in ("plain", "broadcast"):
         return False
     lhs, rhs = list(op.opview.inputs)
     acc = list(op.opview.outputs)[0]
@@ -93,7 +93,7 @@ def _takes(op, options: SplitK) -> bool:
     if batch_indices(maps_of(op)[1], acc_t.rank - 2, "rhs") != []:
         return False
     K, N = rhs_t.shape
-    if DYN in (K, N) or K % options.chunks or stride_of(lhs_t, lhs_t.rank - 1) != 1:
+    if DYN in (K, N) or K % options.chunks:
         return False
     width = rhs_t.element_type.width // 8
     return K * N * width >= options.min_bytes and N * width <= options.max_row_bytes
@@ -102,7 +102,7 @@ def _takes(op, options: SplitK) -> bool:
 def _emit(op, chunks: int) -> None:
     lhs, rhs = list(op.opview.inputs)
     acc = list(op.opview.outputs)[0]
-    lhs_t, rhs_t, acc_t = (ir.MemRefType(v.type) for v in (lhs, rhs, acc))
+    rhs_t, acc_t = (ir.MemRefType(v.type) for v in (rhs, acc))
     K, N = rhs_t.shape
     part, sums = K // chunks, acc_t.element_type
     dyn = ir.ShapedType.get_dynamic_stride_or_offset()
