@@ -670,3 +670,27 @@ func.func @linear(%x: memref<1x20xf32>, %w: memref<20x40xf32, strided<[1, 20]>>,
   }
   return
 }
+
+// A matmul marked kina.one_row_at_a_time (split-k's chunks) reads its rhs one row at a
+// time, with the prefetches, and no loop reading several rows side by side is built: no
+// run-time choice between the two (the `arith.andi` of the row length and gap tests).
+#ch_lhs = affine_map<(b, i, k, j) -> (b, i, k)>
+#ch_rhs = affine_map<(b, i, k, j) -> (b, k, j)>
+#ch_out = affine_map<(b, i, k, j) -> (b, i, j)>
+// CHECK-LABEL: func.func @one_row_at_a_time(
+// CHECK-NOT:     arith.andi
+// CHECK:         memref.prefetch
+// CHECK-NOT:     arith.andi
+// CHECK:         return
+func.func @one_row_at_a_time(%x: memref<16x1x36xf32>, %w: memref<16x36x512xf32, strided<[?, ?, 1], offset: ?>>,
+                             %p: memref<16x1x512xf32>) {
+  linalg.generic {indexing_maps = [#ch_lhs, #ch_rhs, #ch_out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<16x1x36xf32>, memref<16x36x512xf32, strided<[?, ?, 1], offset: ?>>) outs(%p : memref<16x1x512xf32>)
+      attrs = {kina.one_row_at_a_time} {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}

@@ -15,7 +15,7 @@
 // CHECK:         %[[WC:.+]] = memref.reinterpret_cast %[[W]] to offset: [%{{.+}}], sizes: [16, 4, 128], strides: [%[[S]], %[[ROW]], 1]
 // CHECK:         %[[P:.+]] = memref.alloc() : memref<16x1x128xf32>
 // CHECK:         linalg.fill ins(%{{.+}} : f32) outs(%[[P]] : memref<16x1x128xf32>)
-// CHECK:         linalg.generic {{.+}} iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%[[XC]], %[[WC]] : {{.+}}) outs(%[[P]] : memref<16x1x128xf32>)
+// CHECK:         linalg.generic {{.+}} iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%[[XC]], %[[WC]] : {{.+}}) outs(%[[P]] : memref<16x1x128xf32>) attrs =  {kina.one_row_at_a_time}
 // CHECK:           arith.mulf
 // CHECK:           arith.addf
 // CHECK:         linalg.generic {{.+}} iterator_types = ["reduction", "parallel", "parallel", "parallel"]} ins(%[[P]] : memref<16x1x128xf32>) outs(%[[ACC]] : memref<1x1x128xf32>)

@@ -139,6 +139,10 @@ def unit_innermost(t: ir.Type) -> bool:
         return False
 
 
+# a unit attribute on a matmul generic: read its rhs rows one at a time (the rows are back to back),
+# so matmul-loops builds only that loop for it (split-k marks its chunks' matmuls so)
+ONE_ROW_AT_A_TIME = "kina.one_row_at_a_time"
+
 # ops whose result views its first operand's memory (no copy, no effect of their own)
 VIEWS = frozenset({"memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
                    "memref.reinterpret_cast", "memref.transpose"})

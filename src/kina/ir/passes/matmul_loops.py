@@ -43,6 +43,10 @@ rows. Between blocks of k the sums go to acc and come back (exact), so each elem
 still sums in k order. The last block of columns, partial, uses masked loads and
 stores; the rows past the last whole tile go one by one as above.
 
+A matmul marked `kina.one_row_at_a_time` (split-k's chunks, whose rows are a weight's,
+back to back) goes one row at a time with the prefetches, and no other loop is built
+for it.
+
 A fused matmul (fuse-concat-matmul: it also copies its rhs into a concat's slot)
 goes one row at a time and writes the copy with non-temporal stores: the copy is
 not read again here, so it need not be read into the cache before it is written,
@@ -109,7 +113,7 @@ from mlir.dialects import arith, linalg, math, memref, scf, vector
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
-from ._util import NO_MATCH, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, stride_of, \
+from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, stride_of, \
     transposed_view, unit_innermost
 
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
@@ -168,7 +172,8 @@ class MatmulLoops(KinaPass):
                 if kind == "transposed":
                     _emit_transposed(op, self)
                 else:
-                    _emit(op, self, 1 if kind == "fused" else self.unroll)
+                    one_row = kind == "fused" or ONE_ROW_AT_A_TIME in op.attributes
+                    _emit(op, self, 1 if one_row else self.unroll)
             rewriter.erase_op(op.operation)
         apply_patterns(module_op, {linalg.GenericOp: matmul})
 

@@ -28,7 +28,8 @@ whole pages, and their partial sums would be large). Others are left as they are
 In:  after bufferization (matmuls on memrefs), before threads and matmul-loops (which
 take the chunks' batched matmul like any other).
 Out: the same module, each such matmul as a batched matmul into a temporary of
-`chunks` partial rows and an in-order sum of them.
+`chunks` partial rows (marked `kina.one_row_at_a_time`: matmul-loops reads its rhs
+rows one after another, and builds no other loop for it) and an in-order sum of them.
 
 Guarantees: each output element is the sum, in ascending c, of the chunks' sums,
 each in ascending k, starting from the element's value before the matmul: an order
@@ -45,7 +46,7 @@ from mlir.dialects import arith, linalg, memref
 
 from ..irbuild import DYN, affine_map, index, matmul_maps
 from ._pass import KinaPass, option
-from ._util import NO_MATCH, apply_patterns, batch_indices, maps_of, matmul_form, unit_innermost
+from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, maps_of, matmul_form, unit_innermost
 
 
 def _at_least_2(n: int) -> bool:
@@ -123,7 +124,10 @@ def _emit(op, chunks: int) -> None:
     p = memref.AllocOp(ir.MemRefType.get([chunks, 1, N], sums), [], []).result
     linalg.fill(arith.ConstantOp(sums, 0.0).result, outs=[p])
     maps, iterators = matmul_maps(3)
-    _generic([xc, wc], p, maps[:3], iterators, _body_of(op))  # p[c] = x's chunk c @ w's rows of chunk c
+    chunks_op = _generic([xc, wc], p, maps[:3], iterators, _body_of(op))  # p[c] = x's chunk c @ w's rows of c
+    # a chunk's rows are w's rows, read one after another: matmul-loops then builds that loop
+    # alone, without the loops that read several rows side by side (half the code to compile)
+    chunks_op.attributes[ONE_ROW_AT_A_TIME] = ir.UnitAttr.get()
     # acc[.., 0, j] += p[c, 0, j], c outermost (in order), j innermost
     r = acc_t.rank
     d = [ir.AffineDimExpr.get(a) for a in range(r + 1)]  # (c, acc's dims...)
@@ -146,7 +150,7 @@ def _body_of(op):
     return body
 
 
-def _generic(inputs, out, maps, iterators, body) -> None:
+def _generic(inputs, out, maps, iterators, body):
     """A linalg.generic on memrefs (no results) writing `out`; `body(*block_args)` is the yielded value."""
     op = linalg.GenericOp(result_tensors=[], inputs=inputs, outputs=[out],
                           indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
@@ -156,3 +160,4 @@ def _generic(inputs, out, maps, iterators, body) -> None:
                                         arg_locs=[op.location] * (len(inputs) + 1))
     with ir.InsertionPoint(block):
         linalg.YieldOp([body(*block.arguments)])
+    return op
