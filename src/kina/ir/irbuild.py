@@ -82,12 +82,15 @@ def mac(x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
     return arith.AddFOp(acc, arith.MulFOp(extend(x), extend(y)).result).result
 
 
-def generic(inputs, inits, maps, iterators, body) -> list[ir.Value]:
-    """A `linalg.generic` with one result per init; `body(*block_args)` returns the yielded values."""
+def generic(inputs, inits, maps, iterators, body, attributes=()) -> list[ir.Value]:
+    """A `linalg.generic` with one result per tensor init (none on memrefs, which it writes);
+    `body(*block_args)` returns the yielded values; `attributes` are unit attributes to set."""
     op = linalg.GenericOp(
-        result_tensors=[v.type for v in inits], inputs=inputs, outputs=inits,
-        indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+        result_tensors=[v.type for v in inits if isinstance(v.type, ir.RankedTensorType)], inputs=inputs,
+        outputs=inits, indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
         iterator_types=ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{it}>") for it in iterators]))
+    for name in attributes:
+        op.attributes[name] = ir.UnitAttr.get()
     block = op.regions[0].blocks.append(*[v.type.element_type for v in [*inputs, *inits]],
                                         arg_locs=[op.location] * (len(inputs) + len(inits)))
     with ir.InsertionPoint(block):

@@ -360,11 +360,12 @@ class StoryLM(Decoder):
             return a.reshape(shapes[name]) if name in shapes else a
         self._layers = [[arg(f"layers.{i}.", n) for n in _LAYER_WEIGHTS] for i in range(self.n_layers)]
         if self.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row
-            head = runtime.empty((D, self.vocab_size), dt)
-            head[...] = w["embed"].T
-            w["embed"] = head.T
+            self._head = runtime.empty((D, self.vocab_size), dt)
+            self._head[...] = w["embed"].T
+            w["embed"] = self._head.T
+        else:
+            self._head = w["head"]
         self._norm, self._embed = w["norm"].reshape(1, 1, D), w["embed"]
-        self._head = w["embed"].T if self.tie_embeddings else w["head"]
         self._eps = np.full((1, 1, 1), self.eps, runtime.numpy_dtype(norm_dtype(KINA_DTYPES[self.dtype])))
         self._scale = np.full((1, 1, 1, 1), 1 / math.sqrt(self.head_dim), dt)
         angle = np.arange(self.max_seq_len, dtype=np.float64)[:, None] * self._inv_freq[None, :]

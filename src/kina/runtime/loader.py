@@ -348,7 +348,7 @@ class Function:
     def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0, threaded=None):
         self._module, self.signature, self._cfunc = module, sig, cfunc
         self.independent_axes = independent_axes
-        # (entry, workspace sizing, counter bytes or None) of the threaded entry (kina.ir.passes.threads), or None
+        # (entry, workspace sizing, counters' size or None) of the threaded entry (kina.ir.passes.threads), or None
         self.threaded = threaded is not None
         self._threaded, self._workspace_bytes, counters = threaded or (None, None, None)
         self._workspaces = threading.local()  # one workspace per calling thread

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
-from ..irbuild import DYN, affine_map, index, matmul_maps
+from ..irbuild import DYN, affine_map, generic, index, matmul_maps
 from ._pass import KinaPass, option
 from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, maps_of, matmul_form, unit_innermost
 
@@ -108,9 +108,9 @@ def _emit(op, chunks: int) -> None:
     part, sums = K // chunks, acc_t.element_type
     dyn = ir.ShapedType.get_dynamic_stride_or_offset()
 
-    def chunked(m: ir.Value, shape: list[int], strides) -> ir.Value:
-        """`m` viewed as `shape` from its own offset, with `strides` (ints, or index values)."""
-        meta = memref.ExtractStridedMetadataOp(m)
+    def chunked(m: ir.Value, meta, shape: list[int], strides) -> ir.Value:
+        """`m` viewed as `shape` from its own offset (`meta`: its strided metadata), with
+        `strides` (ints, or index values)."""
         static = [s if isinstance(s, int) else dyn for s in strides]
         t = ir.MemRefType.get(shape, ir.MemRefType(m.type).element_type,
                               ir.StridedLayoutAttr.get(dyn, static), ir.MemRefType(m.type).memory_space)
@@ -118,21 +118,21 @@ def _emit(op, chunks: int) -> None:
                                         [dyn], shape, static).result
 
     # chunk c of x is its k from c * part; chunk c of w is its rows from c * part
-    xc = chunked(lhs, [chunks, 1, part], [part, part, 1])
-    row = memref.ExtractStridedMetadataOp(rhs).strides[0]
-    wc = chunked(rhs, [chunks, part, N], [arith.MulIOp(row, index(part)).result, row, 1])
+    xc = chunked(lhs, memref.ExtractStridedMetadataOp(lhs), [chunks, 1, part], [part, part, 1])
+    meta = memref.ExtractStridedMetadataOp(rhs)
+    row = meta.strides[0]
+    wc = chunked(rhs, meta, [chunks, part, N], [arith.MulIOp(row, index(part)).result, row, 1])
     p = memref.AllocOp(ir.MemRefType.get([chunks, 1, N], sums), [], []).result
     linalg.fill(arith.ConstantOp(sums, 0.0).result, outs=[p])
     maps, iterators = matmul_maps(3)
-    chunks_op = _generic([xc, wc], p, maps[:3], iterators, _body_of(op))  # p[c] = x's chunk c @ w's rows of c
-    # a chunk's rows are w's rows, read one after another: matmul-loops then builds that loop
-    # alone, without the loops that read several rows side by side (half the code to compile)
-    chunks_op.attributes[ONE_ROW_AT_A_TIME] = ir.UnitAttr.get()
+    # p[c] = x's chunk c @ w's rows of c; a chunk's rows are w's rows, read one after another:
+    # matmul-loops then builds that loop alone, not the one reading several rows side by side
+    generic([xc, wc], [p], maps[:3], iterators, _body_of(op), attributes=[ONE_ROW_AT_A_TIME])
     # acc[.., 0, j] += p[c, 0, j], c outermost (in order), j innermost
     r = acc_t.rank
     d = [ir.AffineDimExpr.get(a) for a in range(r + 1)]  # (c, acc's dims...)
-    _generic([p], acc, [affine_map(r + 1, [d[0], d[r - 1], d[r]]), affine_map(r + 1, d[1:])],
-             ["reduction"] + ["parallel"] * r, lambda v, a: arith.AddFOp(a, v).result)
+    generic([p], [acc], [affine_map(r + 1, [d[0], d[r - 1], d[r]]), affine_map(r + 1, d[1:])],
+            ["reduction"] + ["parallel"] * r, lambda v, a: [arith.AddFOp(a, v).result])
 
 
 def _body_of(op):
@@ -146,18 +146,5 @@ def _body_of(op):
             for i, v in enumerate(clone.operands):
                 clone.operands[i] = mapping.get(v, v)
             mapping.update(zip(inner.results, clone.results))
-        return mapping[list(block.operations)[-1].operands[0]]
+        return [mapping[list(block.operations)[-1].operands[0]]]
     return body
-
-
-def _generic(inputs, out, maps, iterators, body):
-    """A linalg.generic on memrefs (no results) writing `out`; `body(*block_args)` is the yielded value."""
-    op = linalg.GenericOp(result_tensors=[], inputs=inputs, outputs=[out],
-                          indexing_maps=ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
-                          iterator_types=ir.ArrayAttr.get(
-                              [ir.Attribute.parse(f"#linalg.iterator_type<{it}>") for it in iterators]))
-    block = op.regions[0].blocks.append(*[ir.MemRefType(v.type).element_type for v in [*inputs, out]],
-                                        arg_locs=[op.location] * (len(inputs) + 1))
-    with ir.InsertionPoint(block):
-        linalg.YieldOp([body(*block.arguments)])
-    return op
