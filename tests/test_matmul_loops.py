@@ -86,3 +86,13 @@ def test_broadcast_batches_agree_at_O0_and_O3(T):
     """x[B, P, K] @ W[K, N], the model's projections: each batch in the same loops."""
     for i, (B, P, K, N) in enumerate([(2, 1, 40, 100), (3, 5, 17, 33), (2, 8, 64, 200)]):
         _same_at_both_levels(BATCHED, T, _inputs([(B, P, K), (K, N)], DTYPES[T], i))
+
+
+@pytest.mark.parametrize("passes", ["", "matmul-loops{pack=false}"])
+def test_bf16_tiles_with_a_partial_block_build_on_any_x86(passes):
+    """BF16 register tiles whose last block of columns is partial (N = 129): that block is
+    copied element by element, even with pack=false, so the .so needs no __truncsfbf2 (a
+    masked BF16 vector load lowers through it on x86 without AVX-512 BF16) and loads."""
+    f = kina.compile_source(MATMUL, "<bf16 tiles>", Options(dtypes=(("T", "BF16"),), pass_options=passes)).f
+    x, w = _inputs([(5, 33), (33, 129)], DTYPES["BF16"], 1)
+    assert_same(f(x, w)[0], _compile(MATMUL, 0, "BF16")(x, w)[0], what=f"BF16 tiles {passes or 'default'}")

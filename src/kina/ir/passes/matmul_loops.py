@@ -605,6 +605,12 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
                 row = arith.SubIOp(k, k_lo).result
                 for v, (j, o) in enumerate(zip(js, offsets)):
                     ix = [*rhs_at(b), k, j]
+                    if masked and bf16:  # zeros, then the columns below N one by one
+                        vector.StoreOp(pad.result, packed, [row, o])
+                        loop(j, arith.MinUIOp(arith.AddIOp(j, cst(width)).result, N).result, one, lambda c, j=j, o=o:
+                             memref.StoreOp(memref.LoadOp(rhs, [*rhs_at(b), k, c]).result, packed,
+                                            [row, arith.AddIOp(o, arith.SubIOp(c, j).result).result]))
+                        continue
                     y = vector.MaskedLoadOp(nvtype(vtype), rhs, ix, masks[v], pad.result).result if masked else \
                         vector.LoadOp(nvtype(vtype), rhs, ix).result
                     vector.StoreOp(y, packed, [row, o])
@@ -628,7 +634,10 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     k_static = ir.MemRefType(rhs.type).shape[-2]
     pack_rows = options.tile_k_rows if k_static == DYN else max(1, min(options.tile_k_rows, k_static))
     pack_type = ir.MemRefType.get([pack_rows, max(1, options.tile_row_bytes // vector_bytes) * width], narrow)
-    pack_buffer = memref.AllocaOp(pack_type, [], []).result if use_tiles and options.pack else None
+    # BF16 is always packed, its last partial block copied element by element: LLVM lowers a
+    # masked BF16 vector load, on x86 without AVX-512, through __truncsfbf2 (not in every libgcc)
+    bf16 = str(narrow) == "bf16"
+    pack_buffer = memref.AllocaOp(pack_type, [], []).result if use_tiles and (options.pack or bf16) else None
 
     def per_batch(b):
         """Whole tiles of rows (not for a fused matmul, whose copy wants each rhs row
