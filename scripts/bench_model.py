@@ -10,9 +10,11 @@ One folder per shape (benchlib/engines.py, SHAPES): transformers' LlamaForCausal
 seeded random weights (gains perturbed), written with save_pretrained in F32 under
 build/bench_model/ and reused while its stamp matches. Every engine loads that folder:
 
-- Kina: kina.models.hf.load_pretrained(folder, dtype) in F32 and F16, the StoryLM whose
-  every layer step is one compiled Kina call, at each of --threads threads; with --fma,
-  also load_pretrained(..., fma=True) (rows "Kina+fma": one rounding per multiply-add).
+- Kina: kina.models.hf.load_pretrained(folder, dtype) in F32 and F16, and F32 activations
+  against F16 weights (weight_dtype=float16: rows "F32+F16w", llama.cpp F16's arrangement),
+  the StoryLM whose every layer step is one compiled Kina call, at each of --threads
+  threads; with --fma, also load_pretrained(..., fma=True) (rows "Kina+fma": one rounding
+  per multiply-add).
 - transformers: LlamaForCausalLM.from_pretrained(folder), eager attention, F32, its own
   KV cache, at each of --threads torch threads.
 - llama.cpp (llama-cpp-python, the [llama] extra; skipped with a note when missing): F32
@@ -28,7 +30,7 @@ are interleaved: one untimed run each, then --repeats rounds; the table shows me
 the prefill, of the median decode step, and decode tokens/s (1 / that step). Checks, each
 printed as PASS or FAIL: Kina F32's logits within 1e-4 of transformers' (relative to the
 row's largest) at every step, llama.cpp F32's within 1e-3 at the first 8 steps, and every
-engine's greedy tokens against transformers' (the first divergence is reported; F16 rows
+engine's greedy tokens against transformers' (the first divergence is reported; F16 and F32+F16w rows
 are reported, not checked). The exit status is 0 whether or not they pass: this measures.
 
 The floor: a decode step reads every weight once (bytes per token, F32 and F16), far more
@@ -126,13 +128,16 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     """({row name: (run, dtype name, threads)}, versions)."""
     n_ctx = args.prompt + args.new
     rows, versions = {}, {}
+    # (label, activations, weights, the dtype whose bytes a token reads): F32+F16w is F32
+    # activations against F16 weight matrices (load_pretrained(weight_dtype=float16)), as llama.cpp's F16 runs
+    kinds = [("F32", np.float32, None, "F32"), ("F16", np.float16, None, "F16"), ("F32+F16w", np.float32, np.float16, "F16")]
     for engine, fma in [("Kina", False)] + [("Kina+fma", True)] * args.fma:
-        for dt in ("F32", "F16"):
+        for label, dt, wdt, floor_dt in kinds:
             t = time.perf_counter()
-            k = engines.KinaEngine(args.folder, {"F32": np.float32, "F16": np.float16}[dt], n_ctx, fma=fma)
-            print(f"{engine} {dt}: loaded and compiled (or a compile-cache hit) in {time.perf_counter() - t:.1f} s")
+            k = engines.KinaEngine(args.folder, dt, n_ctx, fma=fma, weight_dtype=wdt)
+            print(f"{engine} {label}: loaded and compiled (or a compile-cache hit) in {time.perf_counter() - t:.1f} s")
             for n in args.threads:
-                rows[f"{engine} {dt} {n}T"] = (lambda k=k, n=n: k.run(args.prompt_ids, args.new, n), dt, n)
+                rows[f"{engine} {label} {n}T"] = (lambda k=k, n=n: k.run(args.prompt_ids, args.new, n), floor_dt, n)
     tf = engines.TransformersEngine(args.folder)
     versions["transformers"], versions["torch"] = tf.version, tf.torch.__version__
     for n in args.threads:
@@ -241,7 +246,7 @@ def plot(reports: list[dict], path) -> Path:
     for name in names:
         pts = [(r["weight_bytes_per_token"]["F32"] / MB, 1 / r["rows"][name]["decode"]) for r in reports if name in r["rows"]]
         engine, dt, threads = name.split()
-        ax.plot(*zip(*pts), "-" if dt == "F32" else "--", marker="o" if threads == "1T" else "^",
+        ax.plot(*zip(*pts), {"F32": "-", "F16": "--"}.get(dt, ":"), marker="o" if threads == "1T" else "^",
                 color="tab:purple" if engine == "Kina+fma" else colours.get(engine),
                 alpha=1.0 if threads == "1T" else 0.6, label=name)
     for n in dict.fromkeys(k for r in reports for k in r["read_bw"]):

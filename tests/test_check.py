@@ -93,13 +93,19 @@ def test_matmul_types():
     assert typeof("a @ b", a=T("3, 5"), b=T("5, 7"), ) == ty("3, 7")
     assert typeof("a @ b", a=T("3, 5", "F64"), b=T("5, 7", "F64")) == ty("3, 7", "F64")
     assert typeof("a @ b", a=T("B, H, 1, Dh"), b=T("B, H, Dh, S+1"), s=T("S")) == ty("B, H, 1, S+1")
+    # mixed: F16 or BF16 against F32 (weights against activations) is F32, either way round
+    assert typeof("a @ b", a=T("1, 5"), b=T("5, 7", "F16")) == ty("1, 7")
+    assert typeof("a @ b", a=T("3, 5", "BF16"), b=T("2, 5, 7")) == ty("2, 3, 7")
 
 
 @pytest.mark.parametrize("expr,params,fragment", [
     ("a @ b", dict(a=T("3"), b=T("3")), "matmul: operands must have rank >= 2: lhs [3] has rank 1"),
     ("a @ b", dict(a=T("2, 3"), b=T("3")), "matmul: operands must have rank >= 2: rhs [3] has rank 1"),
     ("a @ b", dict(a=T("2, 3", "I32"), b=T("3, 2", "I32")), "matmul: needs a floating dtype"),
-    ("a @ b", dict(a=T("2, 3"), b=T("3, 2", "F16")), "matmul: dtypes differ"),
+    ("a @ b", dict(a=T("2, 3", "F16"), b=T("3, 2", "BF16")), "matmul: dtypes differ: lhs is F16, rhs is BF16 (expected "
+     "one dtype, or F16 or BF16 against F32: that operand is widened)"),
+    ("a @ b", dict(a=T("2, 3", "F64"), b=T("3, 2", "F16")), "matmul: dtypes differ: lhs is F64, rhs is F16"),
+    ("a @ b", dict(a=T("2, 3", "F16"), b=T("3, 2", "F32", placement="device")), "matmul: placements differ"),
     ("a @ b", dict(a=T("2, 3"), b=T("3, 2", placement="device")), "matmul: placements differ"),
     ("a @ b", dict(a=T("2, 2, 3"), b=T("3, 3, 2")),
      "matmul: batch dims do not broadcast: lhs [2, 2, 3] has 2 at dim 0, rhs [3, 3, 2] has 3 at dim 0 "

@@ -58,3 +58,48 @@ def test_half_precision_checkpoints(checkpoint, kina_model, tmp_path, half):
     got = native.trace(PROMPT, 8)
     want = reference_logits(hf32, PROMPT + got.tokens[:-1])[len(PROMPT) - 1:]
     assert rel_err(got.logits.astype(np.float32), want) < (5e-2 if half == "bfloat16" else 5e-3)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_f32_activations_against_half_weights(checkpoint, kina_model, half):
+    """weight_dtype (F32 activations, the weight matrices F16 or BF16, each widened exactly
+    in a mixed matmul): what transformers computes in float32 from the same rounded
+    weights (the same tokens, logits within 1e-4), and within the stated bound of
+    transformers on the float32 weights themselves: 2e-3 (F16) or 1.5e-2 (BF16) over
+    N_NEW greedy tokens, closer than the model computed in F16 throughout. The activations,
+    norms, biases and KV cache stay float32."""
+    folder, hf = checkpoint("llama-mha")
+    wdt = ml_dtypes.bfloat16 if half == "bfloat16" else np.float16
+    mixed = load_pretrained(folder, weight_dtype=wdt)
+    assert mixed.dtype == np.float32 and mixed.weight_dtype == wdt
+    assert mixed.weights["layers.0.wq"].dtype == wdt and mixed.weights["norm"].dtype == np.float32
+    rounded = hf_classes("llama")[1].from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, p in rounded.named_parameters():
+            if p.dim() == 2:  # the matrices, as Kina holds them
+                p.copy_(p.to(getattr(torch, half)).float())
+    check_against_transformers(mixed, rounded)
+    got = mixed.trace(PROMPT, N_NEW)
+    want = reference_logits(hf, PROMPT + got.tokens[:-1])[len(PROMPT) - 1:]
+    bound = 1.5e-2 if half == "bfloat16" else 2e-3
+    assert rel_err(got.logits, want) < bound
+    if half == "float16":
+        f16 = load_pretrained(folder, dtype=np.float16).trace(PROMPT, N_NEW)
+        want16 = reference_logits(hf, PROMPT + f16.tokens[:-1])[len(PROMPT) - 1:]
+        assert rel_err(got.logits, want) < rel_err(f16.logits.astype(np.float32), want16)
+    with pytest.raises(ValueError, match="^weight_dtype: expected the model's dtype \\(float16\\), or float16 or "
+                                         "bfloat16 with dtype float32 .*got float32 with dtype float16$"):
+        load_pretrained(folder, dtype=np.float16, weight_dtype=np.float32)
+    with pytest.raises(TypeError, match="^weight_dtype: expected float16, bfloat16 \\(ml_dtypes\\), float32 or "
+                                        "float64, got int8$"):
+        load_pretrained(folder, weight_dtype=np.int8)
+
+
+def test_kina_generate_weight_dtype(checkpoint, capsys):
+    """`kina generate --weight-dtype F16` is Pretrained(weight_dtype=float16): the same ids."""
+    folder = checkpoint("llama-mha")[0]
+    assert main(["generate", str(folder), "--prompt-ids", "5,17,2", "--max-new-tokens", "12", "--json",
+                 "--weight-dtype", "F16"]) == 0
+    mixed = Pretrained(folder, weight_dtype=np.float16)
+    assert mixed.model.weight_dtype == np.float16 and json.loads(capsys.readouterr().out)["ids"] == \
+        mixed.generate([5, 17, 2], max_new_tokens=12).ids

@@ -67,7 +67,7 @@ def compare(fn: str, args, dtype="F32", rtol=2e-5, Hk=8):
     positions must come out of Kᵀ and V unchanged. (At these sizes the build has no
     threaded entries; test_threads holds a threaded build to the same bits.)"""
     compiled = getattr(model(dtype={"F32": np.float32, "F64": np.float64}[dtype], n_kv_heads=Hk)._kernels, fn)(*args)
-    reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype, "W": norm_dtype(dtype)},
+    reference = getattr(kina.interpret(KERNEL.read_text(), str(KERNEL), dtypes={"T": dtype, "W": norm_dtype(dtype), "U": dtype},
                                      dims=dims(Hk=Hk)),
                         fn)(*args)
     for i, (got, want) in enumerate(zip(compiled, reference)):
@@ -113,7 +113,7 @@ def test_the_example_is_the_kernel_at_f32():
     step = text[text.index("let decoder_step"):text.index("// P new positions")]
     sizes = (("D", 512), ("Hk", 8), ("G", 1), ("Dh", 64), ("R", 32), ("Q", 512), ("KV", 512), ("F", 1408))
     ir = [_render(run_stages(source, "step.kina", "mlir", Options(dtypes=dtypes, dims=d)), "mlir")
-          for source, dtypes, d in ((step, (("T", "F32"), ("W", "F32")), sizes),
+          for source, dtypes, d in ((step, (("T", "F32"), ("W", "F32"), ("U", "F32")), sizes),
                                     ((EXAMPLES / "storylm0_decoder_step.kina").read_text(), (), ()))]
     assert ir[0] == ir[1]
 
@@ -441,3 +441,27 @@ def test_the_bug_report_scenario_exits_cleanly():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", SCENARIO], capture_output=True, text=True, env=env, timeout=600)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done\n", "")
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_f32_activations_against_f16_weights_are_the_f32_model_on_the_rounded_weights(tied):
+    """weight_dtype=float16: the matrices (the embedding table too) are held in F16, the
+    gains, biases, activations and caches in F32, and every projection is a mixed matmul
+    that widens each weight exactly. So its logits are the bits of the F32 model given
+    the same weights rounded to F16 and widened back, prefill and decode; the NumPy
+    model agrees too. A matrix of another dtype is refused, naming weight_dtype."""
+    kw = dict(seed=4, n_kv_heads=2, qkv_bias=True, tie_embeddings=tied)
+    mixed = model(weight_dtype=np.float16, **kw)
+    assert mixed.weights["layers.1.w_down"].dtype == np.float16 and mixed.weights["layers.1.bq"].dtype == np.float32
+    widened = {n: a.astype(np.float32) for n, a in mixed.weights.items()}
+    f32 = model(weights=widened, **kw)
+    got, want = mixed.trace(PROMPT, 12), f32.trace(PROMPT, 12)
+    assert got.tokens == want.tokens
+    assert_same(got.logits, want.logits, what="mixed against F32 on the rounded weights")
+    ref = model(NumPyStoryLM, weight_dtype=np.float16, **kw).trace(PROMPT, 12)
+    assert np.max(rel_err(got.logits, ref.logits)) < 2e-5
+    with pytest.raises(TypeError, match="^weights: tensor 'embed' has dtype float32, expected float16, the "
+                                        "model's weight_dtype"):
+        model(weight_dtype=np.float16, weights=widened, **kw)
+    with pytest.raises(ValueError, match="^weight_dtype: expected the model's dtype \\(float64\\)"):
+        model(dtype=np.float64, weight_dtype=np.float16)

@@ -199,12 +199,12 @@ def result(tokens, logits, seconds) -> dict:
 
 
 class KinaEngine:
-    """kina.models.hf.load_pretrained(folder, dtype); greedy through StoryLM.trace on `threads`
+    """kina.models.hf.load_pretrained(folder, dtype, weight_dtype); greedy through StoryLM.trace on `threads`
     threads (StoryLM.threads, set per run: left unset it would be the machine's cores)."""
 
-    def __init__(self, folder: Path, dtype, max_seq_len: int, fma: bool = False):
+    def __init__(self, folder: Path, dtype, max_seq_len: int, fma: bool = False, weight_dtype=None):
         from kina.models.hf import load_pretrained
-        self.model = load_pretrained(folder, dtype=dtype, max_seq_len=max_seq_len, fma=fma)
+        self.model = load_pretrained(folder, dtype=dtype, max_seq_len=max_seq_len, fma=fma, weight_dtype=weight_dtype)
 
     def run(self, prompt, n_new, threads: int = 1) -> dict:
         self.model.threads = threads

@@ -73,8 +73,9 @@ def _eval(e: ast.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
     op = ops.of(e)
     operands = [_eval(c, env) for c in ast.children(e)]
     wide = op.wide and e.type.dtype in WIDE
-    if wide:  # computed in F32 and rounded once, as the compiled code does
-        operands = [v.astype(numpy_dtype(WIDE[e.type.dtype])) for v in operands]
+    if op.wide:  # F16 and BF16 computed in F32 (and rounded once), as the compiled code does
+        compute = numpy_dtype(WIDE.get(e.type.dtype, e.type.dtype))  # a mixed matmul's F16 operand too
+        operands = [v if v.dtype == compute else v.astype(compute) for v in operands]
     names = {**dict(zip("xy", operands)), **ast.attributes(e), "e": e}
     value = eval(_compiled(op.numpy), _NAMES, names)
     return value.astype(numpy_dtype(e.type.dtype)) if wide else value

@@ -388,11 +388,18 @@ class _FunctionChecker:
     @rule("matmul")
     def matmul(self, e: ast.MatMul) -> ast.Expr:
         """NumPy's matmul rule for rank >= 2: the batch dims (all but the last two), aligned
-        from the right, broadcast (each pair equal, or one of them 1, or missing)."""
+        from the right, broadcast (each pair equal, or one of them 1, or missing). The
+        operands share a dtype, or one is F16 or BF16 and the other F32 (the dtype it
+        computes in): the product is F32, the narrow operand widened exactly."""
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         a, b = lhs.type, rhs.type
-        self._same_kind(e, "matmul", a, b, rank=False)
         notes = self._notes(("lhs", e.lhs), ("rhs", e.rhs))
+        # mixed: F16 or BF16 against the dtype it computes in (F32), as weights against activations
+        mixed = {a.dtype, b.dtype} in [{narrow, wide} for narrow, wide in ops.WIDE.items()]
+        if a.dtype != b.dtype and not mixed:
+            raise KinaError(e.loc, f"matmul: dtypes differ: lhs is {a.dtype}, rhs is {b.dtype} (expected one dtype, or "
+                                   "F16 or BF16 against F32: that operand is widened)", notes)
+        self._same_kind(e, "matmul", a, b if not mixed else dataclasses.replace(b, dtype=a.dtype), rank=False)
         for side, t in (("lhs", a), ("rhs", b)):
             if t.rank < 2:
                 raise KinaError(e.loc, f"matmul: operands must have rank >= 2: {side} {t.shape_str()} has rank {t.rank}",
@@ -412,7 +419,8 @@ class _FunctionChecker:
             raise KinaError(e.loc, f"matmul: contraction dims differ: lhs {a.shape_str()} has K={a.dims[-1]}, "
                                    f"rhs {b.shape_str()} has K={b.dims[-2]}", notes)
         dims = (*batch, a.dims[-2], b.dims[-1])
-        return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=TensorType(a.dtype, dims, a.placement))
+        dtype = ops.WIDE.get(a.dtype, a.dtype) if mixed else a.dtype  # mixed: the wider one
+        return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=TensorType(dtype, dims, a.placement))
 
     @rule("elementwise")
     def elementwise(self, e: ast.Binary) -> ast.Expr:

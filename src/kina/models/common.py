@@ -39,13 +39,13 @@ def _compiled(name: str, dtype: str, options):
     return kina.compile_file(KERNELS / f"{name}.kina", options, dtypes={"T": dtype})
 
 
-def kina_dtype(dtype) -> np.dtype:
+def kina_dtype(dtype, name: str = "dtype") -> np.dtype:
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"dtype: expected a NumPy floating dtype, got {dtype!r}") from None
+        raise TypeError(f"{name}: expected a NumPy floating dtype, got {dtype!r}") from None
     if dt not in KINA_DTYPES:
-        raise TypeError(f"dtype: expected float16, bfloat16 (ml_dtypes), float32 or float64, got {dt}")
+        raise TypeError(f"{name}: expected float16, bfloat16 (ml_dtypes), float32 or float64, got {dt}")
     return dt
 
 

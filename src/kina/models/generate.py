@@ -5,7 +5,7 @@ In:  a model folder (see kina.models.hf), a prompt as text or token ids, and the
      stop strings). On the command line:
 
          kina generate MODEL_DIR --prompt "Once upon a time" --max-new-tokens 64
-              [--temperature T --top-k K --top-p P --seed S] [--dtype BF16]
+              [--temperature T --top-k K --top-p P --seed S] [--dtype BF16] [--weight-dtype F16]
               [--threads N] [--stop STRING ...] [--json] [--prompt-ids 1,2,3]
 
 Out: `Pretrained(folder).generate(prompt, ...)` -> `Completion` (the prompt's ids, the
@@ -65,9 +65,9 @@ class Pretrained:
     """
 
     def __init__(self, folder: str | os.PathLike, dtype=None, max_seq_len: int | None = None,
-                 allow_nonfinite: bool = False, fma: bool = False):
+                 allow_nonfinite: bool = False, fma: bool = False, weight_dtype=None):
         self.folder = Path(folder)
-        self.model = load_pretrained(self.folder, dtype, max_seq_len, allow_nonfinite, fma)
+        self.model = load_pretrained(self.folder, dtype, max_seq_len, allow_nonfinite, fma, weight_dtype)
         self.text: Text | None = load_tokenizer(self.folder) if (self.folder / "tokenizer.json").is_file() else None
 
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
@@ -162,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None, help="the sampling seed (the same seed, the same tokens)")
     g.add_argument("--stop", action="append", default=[], help="stop when the text contains this (repeatable)")
     g.add_argument("--dtype", choices=_DTYPES, default="F32", help="compute in this dtype (default F32)")
+    g.add_argument("--weight-dtype", choices=("F16", "BF16"), default=None,
+                   help="hold the weight matrices in this dtype, against F32 activations (--dtype F32): half "
+                        "the bytes per token, each weight widened exactly")
     g.add_argument("--threads", type=int, default=None,
                    help="KINA_NUM_THREADS: the threads each decode layer step and the head run on "
                         "(the threads pass; default the cores)")
@@ -198,7 +201,8 @@ def _generate(args) -> int:
     ids = text.encode(args.prompt) if args.prompt is not None else args.prompt_ids  # sizes the model's positions
     t0 = time.perf_counter()
     m = Pretrained(folder, runtime.numpy_dtype(args.dtype), max_seq_len=len(ids) + args.max_new_tokens,
-                   allow_nonfinite=args.allow_nonfinite, fma=args.fma)
+                   allow_nonfinite=args.allow_nonfinite, fma=args.fma,
+                   weight_dtype=args.weight_dtype and runtime.numpy_dtype(args.weight_dtype))
     loaded = time.perf_counter() - t0
     err, out = sys.stderr, sys.stdout
     n = [0]

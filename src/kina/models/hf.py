@@ -4,7 +4,7 @@ In:  a folder as `save_pretrained` writes it (or as the Hub hands it out):
      config.json, and model.safetensors or shards listed by
      model.safetensors.index.json; for text, tokenizer.json with
      tokenizer_config.json and generation_config.json when present.
-Out: `load_pretrained(folder, dtype=None, max_seq_len=None)`, the `StoryLM`
+Out: `load_pretrained(folder, dtype=None, max_seq_len=None, weight_dtype=None)`, the `StoryLM`
      (kina.models.storylm) that computes what transformers' LlamaForCausalLM,
      MistralForCausalLM or Qwen2ForCausalLM computes from that folder; `read_config`
      (the checked config as StoryLM's options); `load_tokenizer(folder)`, a `Text`
@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import files, runtime
 from .common import kina_dtype
-from .storylm import ROPE_TYPES, StoryLM, weight_layout
+from .storylm import ROPE_TYPES, StoryLM, weight_dtype_of, weight_layout
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not given (capped by the config's)
@@ -225,9 +225,11 @@ def hf_name(name: str) -> tuple[str, bool]:
 
 
 def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | None = None,
-                    allow_nonfinite: bool = False, fma: bool = False) -> StoryLM:
+                    allow_nonfinite: bool = False, fma: bool = False, weight_dtype=None) -> StoryLM:
     """The StoryLM of a Hugging Face Llama, Mistral or Qwen2 folder, its weights converted to
-    `dtype` (default float32) and projections transposed to [in, out]; `max_seq_len`
+    `dtype` (default float32) and projections transposed to [in, out]; `weight_dtype`
+    (float16 or bfloat16 with dtype float32: StoryLM's) holds the matrices narrower,
+    the activations, norms and biases staying in `dtype`; `max_seq_len`
     (default the config's max_position_embeddings, at most DEFAULT_MAX_SEQ_LEN) bounds
     the positions. A weight that holds NaN or infinity (in the file, or after the
     conversion to `dtype`, as an F32 value past F16's range) is refused, naming the
@@ -239,6 +241,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
     options = read_config(folder, max_seq_len)
     arch, stored, window = options.pop("architecture"), options.pop("dtype"), options.pop("sliding_window")
     dt = kina_dtype(np.float32 if dtype is None else dtype)
+    wdt = weight_dtype_of(dt, weight_dtype)
     layout = weight_layout(options["n_layers"], options["qkv_bias"], options["o_bias"], options["tie_embeddings"])
     D, F, V = options["d_model"], options["ffn_dim"], options["vocab_size"]
     Q, KV = options["n_heads"] * options["head_dim"], options["n_kv_heads"] * options["head_dim"]
@@ -265,13 +268,14 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
         if a.shape != shape:
             raise CheckpointError(f"{path}: tensor {hf!r} has shape {list(a.shape)}, expected {list(shape)} "
                                   f"(from config.json)")
-        out = runtime.empty(shape[::-1] if transposed else shape, dt)
+        out = runtime.empty(shape[::-1] if transposed else shape, wdt if len(shape) == 2 else dt)
         with np.errstate(over="ignore"):
             out[...] = a.T if transposed else a  # converted element by element, no temporary copy
         if not allow_nonfinite:
             _require_finite(out.T if transposed else out, f"{path}: tensor {hf!r}", a)  # in the file's layout
         weights[name] = out
-    model = StoryLM(**options, dtype=dt, weights=weights, _own_weights=True, allow_nonfinite=True, fma=fma)
+    model = StoryLM(**options, dtype=dt, weights=weights, _own_weights=True, allow_nonfinite=True, fma=fma,
+                    weight_dtype=wdt)
     model.architecture, model.checkpoint_dtype, model.sliding_window, model.folder = arch, stored, window, folder
     return model
 

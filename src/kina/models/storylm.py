@@ -107,8 +107,10 @@ def weight_shapes(vocab_size: int, d_model: int, n_layers: int, ffn_dim: int, q_
     return {name: tuple(sizes[d] for d in dims) for name, dims in weight_layout(n_layers, **options).items()}
 
 
-def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int, dtype) -> dict[str, np.ndarray]:
-    """Seeded weights: N(0, 1) embeddings, gains near 1, small biases, N(0, 1/fan_in) matrices."""
+def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int, dtype, weight_dtype=None) -> dict[str, np.ndarray]:
+    """Seeded weights: N(0, 1) embeddings, gains near 1, small biases, N(0, 1/fan_in) matrices;
+    the matrices (the embedding table too) in `weight_dtype` (default `dtype`), the same
+    values as another dtype's model of the same seed, rounded once."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in shapes.items():
@@ -120,7 +122,7 @@ def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int, dtype) -> d
             a = 1.0 + 0.1 * rng.standard_normal(shape)
         else:
             a = rng.standard_normal(shape) / math.sqrt(shape[0])
-        out[name] = a.astype(dtype)
+        out[name] = a.astype(weight_dtype if weight_dtype is not None and len(shape) == 2 else dtype)
     return out
 
 
@@ -164,9 +166,9 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[str, ...]],
                   sizes: Mapping[str, int], dtype: np.dtype, copy: bool = True,
-                  allow_nonfinite: bool = False) -> dict[str, np.ndarray]:
+                  allow_nonfinite: bool = False, weight_dtype: np.dtype | None = None) -> dict[str, np.ndarray]:
     """64-byte-aligned copies of `weights`, once each is exactly as `layout` (at `sizes`)
-    and `dtype` say; a missing, unexpected or wrong tensor is an error naming it, and so
+    and `dtype` say (the matrices `weight_dtype`, when given); a missing, unexpected or wrong tensor is an error naming it, and so
     is one holding NaN or infinity unless `allow_nonfinite`. With `copy=False` (for
     arrays the caller made and gives up) an array that is already C-contiguous and
     aligned is kept as it is."""
@@ -187,8 +189,9 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
         a = weights[name]
         if not isinstance(a, np.ndarray):
             raise TypeError(f"weights: tensor {name!r} must be a numpy.ndarray, got {type(a).__name__}")
-        if a.dtype != dtype:
-            raise TypeError(f"weights: tensor {name!r} has dtype {a.dtype}, expected {dtype}, the model's "
+        want, whose = (weight_dtype, "weight_dtype") if weight_dtype is not None and len(dims) == 2 else (dtype, "dtype")
+        if a.dtype != want:
+            raise TypeError(f"weights: tensor {name!r} has dtype {a.dtype}, expected {want}, the model's {whose} "
                             f"(nothing is converted on load)")
         if a.shape != tuple(sizes[d] for d in dims):
             raise ValueError(f"weights: tensor {name!r} has shape {list(a.shape)}, expected {expected(name)}")
@@ -200,9 +203,21 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
         if not copy and a.flags.c_contiguous and data_pointer(a) % runtime.ALIGN == 0:
             out[name] = a
             continue
-        out[name] = runtime.empty(a.shape, dtype)
+        out[name] = runtime.empty(a.shape, a.dtype)
         out[name][...] = a
     return out
+
+
+def weight_dtype_of(dtype: np.dtype, weight_dtype) -> np.dtype:
+    """The weight matrices' dtype for a model of `dtype`: `weight_dtype`, checked (the
+    model's dtype, or float16 or bfloat16 against float32 activations), or `dtype`."""
+    if weight_dtype is None:
+        return dtype
+    wdt = kina_dtype(weight_dtype, "weight_dtype")
+    if wdt != dtype and (dtype != np.float32 or wdt == np.float64):
+        raise ValueError(f"weight_dtype: expected the model's dtype ({dtype}), or float16 or bfloat16 with "
+                         f"dtype float32 (F32 activations against narrow weights), got {wdt} with dtype {dtype}")
+    return wdt
 
 
 def _positive(name: str, value) -> float:
@@ -286,7 +301,7 @@ class StoryLM(Decoder):
                  eps: float = 1e-6, rope_theta: float = 10000.0, *, n_kv_heads: int | None = None,
                  head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False,
                  tie_embeddings: bool = False, rope_scaling: Mapping | None = None, allow_nonfinite: bool = False,
-                 threads: int | None = None, fma: bool = False, _own_weights: bool = False):
+                 threads: int | None = None, fma: bool = False, weight_dtype=None, _own_weights: bool = False):
         # the threads of each layer step and of the head (None: runtime.default_threads() at each token)
         self.threads = None if threads is None else count("threads", threads, 1)
         if not isinstance(fma, bool):
@@ -298,6 +313,7 @@ class StoryLM(Decoder):
             setattr(self, name, count(name, value, 1))
         self.seed = count("seed", seed, 0)
         self.dtype = kina_dtype(dtype)
+        self.weight_dtype = weight_dtype_of(self.dtype, weight_dtype)
         self.eps = _positive("eps", eps)
         self.rope_theta = _positive("rope_theta", rope_theta)
         self.n_kv_heads = self.n_heads if n_kv_heads is None else count("n_kv_heads", n_kv_heads, 1)
@@ -319,14 +335,15 @@ class StoryLM(Decoder):
         options = dict(qkv_bias=self.qkv_bias, o_bias=self.o_bias, tie_embeddings=self.tie_embeddings)
         layout = weight_layout(self.n_layers, **options)
         if weights is None:
-            weights = random_weights(weight_shapes(**sizes, n_layers=self.n_layers, **options), self.seed, self.dtype)
+            weights = random_weights(weight_shapes(**sizes, n_layers=self.n_layers, **options), self.seed, self.dtype,
+                                     self.weight_dtype)
         elif isinstance(weights, (str, os.PathLike)):
             weights = read_weights(weights)
         elif not isinstance(weights, Mapping):
             raise TypeError(f"weights: expected a path to a .npz/.safetensors file or a mapping of arrays, "
                             f"got {type(weights).__name__}")
         self.weights = check_weights(weights, layout, sizes, self.dtype, copy=not _own_weights,
-                                     allow_nonfinite=allow_nonfinite)
+                                     allow_nonfinite=allow_nonfinite, weight_dtype=self.weight_dtype)
         self._prepare()
 
     def __repr__(self) -> str:
@@ -334,7 +351,7 @@ class StoryLM(Decoder):
                         if getattr(self, k) != (self.n_heads if k == "n_kv_heads" else self.d_model // self.n_heads))
         return (f"{type(self).__name__}(vocab_size={self.vocab_size}, d_model={self.d_model}, n_heads={self.n_heads}, "
                 f"n_layers={self.n_layers}, ffn_dim={self.ffn_dim}, max_seq_len={self.max_seq_len}{extra}, "
-                f"dtype={self.dtype})")
+                f"dtype={self.dtype}{'' if self.weight_dtype == self.dtype else f', weight_dtype={self.weight_dtype}'})")
 
     @property
     def bytes_per_token(self) -> int:
@@ -360,7 +377,7 @@ class StoryLM(Decoder):
             return a.reshape(shapes[name]) if name in shapes else a
         self._layers = [[arg(f"layers.{i}.", n) for n in _LAYER_WEIGHTS] for i in range(self.n_layers)]
         if self.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row
-            self._head = runtime.empty((D, self.vocab_size), dt)
+            self._head = runtime.empty((D, self.vocab_size), self.weight_dtype)
             self._head[...] = w["embed"].T
             w["embed"] = self._head.T
         else:
@@ -379,7 +396,7 @@ class StoryLM(Decoder):
         largest = max(self.d_model * max(self.ffn_dim, self.n_heads * self.head_dim), self.vocab_size * self.d_model)
         return _program(KINA_DTYPES[self.dtype], self.d_model, self.n_kv_heads, self.n_heads // self.n_kv_heads,
                         self.head_dim, self.ffn_dim, self.vocab_size, self.fma,
-                        largest * self.dtype.itemsize >= THREADED_MIN_WEIGHT_BYTES)
+                        largest * self.weight_dtype.itemsize >= THREADED_MIN_WEIGHT_BYTES, KINA_DTYPES[self.weight_dtype])
 
     def _layer(self, i: int, x, cos, sin, k_past, v_past, mask, outs) -> None:
         """Layer i on x [1, P, D] at rotary rows cos, sin [1, P, 1, 1, R], after the caches
@@ -417,7 +434,7 @@ class StoryLM(Decoder):
     def _run(self, tokens: list[int], cache: StoryCache | None) -> np.ndarray:
         """`_forward` through `_layer`, one call per layer on new arrays and cache views."""
         start, P, H, Dh, dt = cache.n_filled if cache else 0, len(tokens), self.n_kv_heads, self.head_dim, self.dtype
-        x = self._embed[tokens][None]
+        x = self._embed[tokens][None].astype(dt, copy=False)
         cos, sin = self._cos[None, start:start + P], self._sin[None, start:start + P]
         mask = causal_mask(start, P, dt) if P > 1 else None
         for i in range(self.n_layers):
@@ -567,12 +584,13 @@ THREADED_MIN_WEIGHT_BYTES = 128 << 10
 
 @functools.lru_cache(maxsize=None)
 def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: int, ffn_dim: int, vocab_size: int,
-             fma: bool = False, threaded: bool = True):
+             fma: bool = False, threaded: bool = True, weights: str | None = None):
     """kernels/storylm.kina compiled for one dtype and size (B = 1; S and P stay symbolic);
     with `fma`, its matmuls round each multiply-add once (matmul-loops{fma=true}: faster
     where they are compute-bound, prefill; other bits than the default's); without
     `threaded`, no op of a symbolic size is split either (threads{symbolic=false}), so
-    that, every static one being small, no function gets a threaded entry."""
+    that, every static one being small, no function gets a threaded entry; `weights`:
+    the weight matrices' dtype U (default `dtype`; F16 or BF16 against F32 activations)."""
     import kina
     from kina.driver.pipeline import Options
     dims = dict(B=1, D=d_model, Hk=n_kv_heads, G=group, Dh=head_dim, R=head_dim // 2, Q=n_kv_heads * group * head_dim,
@@ -581,4 +599,5 @@ def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: in
     given = [*(["matmul-loops{fma=true}"] if fma else []), *([] if threaded else ["threads{symbolic=false}"])]
     if given and options.opt_level > 0:  # at -O0 neither pass runs
         options = Options(pass_options=",".join(given))
-    return kina.compile_file(KERNELS / "storylm.kina", options, dtypes={"T": dtype, "W": norm_dtype(dtype)}, dims=dims)
+    return kina.compile_file(KERNELS / "storylm.kina", options, dims=dims,
+                             dtypes={"T": dtype, "W": norm_dtype(dtype), "U": weights or dtype})

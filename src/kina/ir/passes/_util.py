@@ -53,10 +53,10 @@ def _same_pair(got, want) -> bool:
 
 def _is_mac(block, x, y, acc) -> bool:
     """Is `block` `yield acc + x * y` (x and y each widened by an `arith.extf` when
-    narrow, as `irbuild.mac` builds it), and nothing else? Read from the op kinds and
-    how they are wired: the yield's first value is an addf of `acc` and a mulf, whose
-    operands are x and y, or the extf's of x and y. IEEE add and mul commute exactly,
-    so either operand order is the same sum."""
+    narrow, as `irbuild.mac` builds it: both, or one in a mixed matmul), and nothing
+    else? Read from the op kinds and how they are wired: the yield's first value is an
+    addf of `acc` and a mulf, whose operands are x and y, or their extf's. IEEE add and
+    mul commute exactly, so either operand order is the same sum."""
     ops = list(block.operations)
     yielded = list(ops[-1].operands)
     add = _defining(yielded[0], arith.AddFOp) if yielded else None
@@ -65,14 +65,12 @@ def _is_mac(block, x, y, acc) -> bool:
     mul = _defining(add.rhs if add.lhs == acc else add.lhs, arith.MulFOp)
     if mul is None or not _same_pair([add.lhs, add.rhs], [acc, mul.result]):
         return False
-    if _same_pair([mul.lhs, mul.rhs], [x, y]):
-        return len(ops) == 3  # mulf, addf, yield
-    ex, ey = _defining(mul.lhs, arith.ExtFOp), _defining(mul.rhs, arith.ExtFOp)
-    if ex is None or ey is None:
-        return False
-    if (ex.in_, ey.in_) not in ((x, y), (y, x)):
-        return False
-    return len(ops) == 5  # extf, extf, mulf, addf, yield
+    factors, extfs = [], 0
+    for v in (mul.lhs, mul.rhs):
+        ext = _defining(v, arith.ExtFOp)
+        factors.append(ext.in_ if ext is not None else v)
+        extfs += ext is not None
+    return _same_pair(factors, [x, y]) and len(ops) == 3 + extfs  # the extf's, mulf, addf, yield
 
 
 def matmul_form(op) -> str | None:

@@ -91,13 +91,15 @@ F16/BF16 rows are widened as loaded, the other side once into an F32 copy.
 
 A widening matmul (F16 or BF16 operands, F32 sums: the reference body extends x and
 y) runs the same loops, each loaded vector (and each lhs scalar) extended once, then
-the F32 multiply and add; it reads half the bytes of an F32 one.
+the F32 multiply and add; it reads half the bytes of an F32 one. A mixed one (F32
+activations against F16 or BF16 weights, or the other way round: only the narrow
+operand is extended) runs them too, each operand loaded as its own type.
 
 In:  any module; after bufferization, when matmuls are on memrefs. Out: the same
 module with every matmul it can take as loops.
 
 Guarantees: only matmuls on memrefs of floats with a unit innermost stride whose
-operands share the sums' element type, or (not fused) share a narrower one, are
+operands share the sums' element type, or (not fused) are narrower, both or one, are
 rewritten; the others (on tensors, a non-strided layout) are left to
 convert-linalg-to-loops. The options change the loops, never the order of the sums
 (each element's adds stay in k order, by construction): any values give the same
@@ -180,10 +182,11 @@ class MatmulLoops(KinaPass):
 
 def _kind(op) -> str | None:
     """The matmul form of `op` (`matmul_form`) if these loops can take it: on memrefs
-    of float element types, either all of one type or (not fused) two operands of one
-    narrower type (F16, BF16) summed into a wider one; "transposed" when lhs and rhs
-    are both unit-strided along k (not fused), else each unit-strided along its
-    innermost dim (the loops load whole vectors along it), "widening" if narrower."""
+    of float element types, either all of one type or (not fused) operands narrower
+    (F16, BF16) than the sums they go into, both or one (mixed: F32 x against F16 W);
+    "transposed" when lhs and rhs are both unit-strided along k (not fused), else each
+    unit-strided along its innermost dim (the loops load whole vectors along it),
+    "widening" if narrower."""
     form = matmul_form(op)
     if form is None:
         return None
@@ -191,7 +194,7 @@ def _kind(op) -> str | None:
     if not all(isinstance(v.type, ir.MemRefType) and isinstance(v.type.element_type, ir.FloatType) for v in operands):
         return None
     lhs, rhs, acc = (v.type.element_type for v in operands[:3])
-    if not (lhs == rhs == acc or (lhs == rhs and form != "fused" and lhs.width < acc.width)):
+    if not (lhs == rhs == acc or (form != "fused" and all(t == acc or t.width < acc.width for t in (lhs, rhs)))):
         return None
     rhs_t = ir.MemRefType(operands[1].type)
     if form != "fused" and unit_innermost(operands[0].type) and stride_of(rhs_t, rhs_t.rank - 2) == 1 and \
@@ -202,12 +205,15 @@ def _kind(op) -> str | None:
     return form if lhs == rhs == acc else "widening"
 
 
-def _widen_and_mac(narrow: ir.Type, elt: ir.Type, fma: bool):
-    """(widen, mac) for loops summing `narrow` operands in `elt`: widen(v) extends a
-    scalar or a vector to `elt` (itself when the types agree); mac(a, x, y) is a + x * y
+def _widen_and_mac(elt: ir.Type, fma: bool):
+    """(widen, mac) for loops summing in `elt`: widen(v) extends a scalar or a vector
+    to `elt` (itself when it is of `elt` already); mac(a, x, y) is a + x * y
     as the reference body has it, fmul then fadd, or with `fma` rounded once (other bits)."""
-    widen = (lambda v: v) if narrow == elt else (lambda v: arith.ExtFOp(
-        ir.VectorType.get(v.type.shape, elt) if isinstance(v.type, ir.VectorType) else elt, v).result)
+    def widen(v):
+        vt = isinstance(v.type, ir.VectorType)
+        if (ir.VectorType(v.type).element_type if vt else v.type) == elt:
+            return v
+        return arith.ExtFOp(ir.VectorType.get(ir.VectorType(v.type).shape, elt) if vt else elt, v).result
     mac = (lambda a, x, y: math.FmaOp(x, y, a).result) if fma else \
         (lambda a, x, y: arith.AddFOp(a, arith.MulFOp(x, y).result).result)
     return widen, mac
@@ -248,7 +254,6 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
     acc = list(op.outputs)[0]
     acc_t = ir.MemRefType(acc.type)
     rank, elt = acc_t.rank, acc_t.element_type
-    narrow = ir.MemRefType(lhs.type).element_type
     cst, zero, one = index, index(0), index(1)
     sizes = [dim(acc, a) for a in range(rank)]
     K, I, N = dim(lhs, ir.MemRefType(lhs.type).rank - 1), sizes[-2], sizes[-1]
@@ -257,8 +262,8 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
     lhs_at = lambda b: [b[p] if p is not None else zero for p in lhs_batch]
     rhs_at = lambda b: [b[p] if p is not None else zero for p in rhs_batch]
     lanes = max(2, NT_ALIGN // (elt.width // 8))
-    vt, nvt = ir.VectorType.get([lanes], elt), ir.VectorType.get([lanes], narrow)
-    widen, mac = _widen_and_mac(narrow, elt, options.fma)
+    vt = ir.VectorType.get([lanes], elt)
+    widen, mac = _widen_and_mac(elt, options.fma)
     rest = lambda n, w: arith.SubIOp(n, arith.RemUIOp(n, cst(w)).result).result  # n rounded down to w's multiple
     k_main = rest(K, lanes)
 
@@ -279,6 +284,9 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
             other = lambda b, k, c: memref.LoadOp(lhs, [*lhs_at(b), c, k]).result
             at = lambda b, r, c: [*b, c, r]
             c_static = acc_t.shape[-2]
+        # what the rows are loaded as (widened as loaded), and the other side's type
+        nvt = ir.VectorType.get([lanes], ir.MemRefType(rows_of.type).element_type)
+        other_elt = ir.MemRefType((rhs if along == "i" else lhs).type).element_type
         r_main, R_last = rest(R, lanes), arith.SubIOp(R, one).result
         prefetch = options.prefetch_bytes > 0
 
@@ -324,7 +332,7 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
 
         def per_batch(b):
             ys = None
-            if narrow != elt:  # the other side widened once (every block reads all of it); deallocate frees it
+            if other_elt != elt:  # the other side widened once (every block reads all of it); deallocate frees it
                 dyn = [v for v, n in ((K, k_static), (C, c_static)) if n == DYN]
                 ys = memref.AllocOp(ir.MemRefType.get([k_static, c_static], elt), dyn, []).result
                 nest([K, C], lambda kc: memref.StoreOp(widen(other(b, *kc)), ys, kc))
@@ -385,10 +393,10 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
     # widening (F16 or BF16 operands, F32 sums): each value is extended once, as loaded
-    narrow = ir.MemRefType(lhs.type).element_type
+    narrow = ir.MemRefType(rhs.type).element_type  # what rhs vectors are loaded as (lhs: scalars, each widened)
     in_bytes = narrow.width // 8
     nvtype = lambda vt: vt if vt is None or narrow == elt else ir.VectorType.get(vt.shape, narrow)
-    widen, mac = _widen_and_mac(narrow, elt, options.fma)
+    widen, mac = _widen_and_mac(elt, options.fma)
     line = max(1, NT_ALIGN // elt_bytes)  # elements in one cache line (a whole non-temporal store)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
     # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
