@@ -96,3 +96,15 @@ def test_bf16_tiles_with_a_partial_block_build_on_any_x86(passes):
     f = kina.compile_source(MATMUL, "<bf16 tiles>", Options(dtypes=(("T", "BF16"),), pass_options=passes)).f
     x, w = _inputs([(5, 33), (33, 129)], DTYPES["BF16"], 1)
     assert_same(f(x, w)[0], _compile(MATMUL, 0, "BF16")(x, w)[0], what=f"BF16 tiles {passes or 'default'}")
+
+
+@pytest.mark.parametrize("step_rows", [1, 3, 4])
+def test_step_rows_keep_the_order_of_the_sums(step_rows):
+    """One rhs row at a time, `step-rows` rows added per load and store of the sums (the
+    last K % step-rows alone): -O0's bits for K on and off a multiple, N on and off a vector."""
+    f = kina.compile_source(MATMUL, "<step-rows>", Options(dtypes=(("T", "F32"),), pass_options=(
+        f"{ALONE},matmul-loops{{step-rows={step_rows}}}"))).f
+    o0 = _compile(MATMUL, 0, "F32")
+    for i, (P, K, N) in enumerate([(1, 17, 100), (1, 576, 192), (2, 9, 40), (1, 4, 7)]):
+        x, w = _inputs([(P, K), (K, N)], DTYPES["F32"], i)
+        assert_same(f(x, w)[0], o0(x, w)[0], what=f"step-rows={step_rows} P={P} K={K} N={N}")

@@ -1,5 +1,6 @@
-// RUN: kinac opt %s --passes matmul-loops | FileCheck %s
+// RUN: kinac opt %s --passes 'matmul-loops{step-rows=1}' | FileCheck %s
 // RUN: kinac opt %s --passes 'matmul-loops{fma=true}' | FileCheck %s --check-prefix=FMA
+// RUN: kinac opt %s --passes matmul-loops | FileCheck %s --check-prefix=STEP
 
 // After bufferization each matmul linalg.generic on memrefs of one element type
 // becomes explicit loops: per row, vector<32xf32> steps over j that read 8 rhs
@@ -16,6 +17,26 @@
 // of k at a time (one read stream); others 8 rows of k per step, unrolled and jammed
 // into one j loop of vectors, then the tail's whole 64-byte lines as vector<16xf32>
 // steps, then scalars; then the remaining k one at a time. The same order of sums.
+// One row at a time, by default (step-rows=4) each step over j loads its vector of sums,
+// adds 4 rhs rows' products to it in k order and stores it; the last K % 4 rows alone.
+// STEP-LABEL: func.func @unrolled(
+// STEP:         scf.if
+// STEP:           scf.for %[[K0:.+]] = %{{.+}} to %[[KMAIN:.+]] step %[[FOUR:.+]] {
+// STEP:             %[[K1:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// STEP:             %[[K2:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// STEP:             %[[K3:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// STEP:             scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// STEP:               %[[A:.+]] = vector.load %{{.+}}[%{{.+}}, %[[J]]] : memref<2x40xf32>, vector<32xf32>
+// STEP:               memref.prefetch
+// STEP:               vector.load %{{.+}}[%[[K0]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
+// STEP:               arith.addf %[[A]]
+// STEP:               vector.load %{{.+}}[%[[K1]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
+// STEP:               vector.load %{{.+}}[%[[K2]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
+// STEP:               vector.load %{{.+}}[%[[K3]], %[[J]]] : memref<16x40xf32>, vector<32xf32>
+// STEP:               %[[A4:.+]] = arith.addf
+// STEP-NEXT:          vector.store %[[A4]], %{{.+}}[%{{.+}}, %[[J]]] : memref<2x40xf32>, vector<32xf32>
+// STEP:           scf.for %{{.+}} = %[[KMAIN]] to %{{.+}} step %{{.+}} {
+// STEP:         } else {
 // CHECK-LABEL: func.func @unrolled(
 // CHECK-SAME:    %[[Q:[^:]+]]: memref<2x16xf32>, %[[K:[^:]+]]: memref<16x40xf32>, %[[ACC:[^:]+]]: memref<2x40xf32>)
 // CHECK-NOT:     linalg.generic

@@ -22,7 +22,9 @@ or symbolic sizes and any outer strides.
 Which of the two is decided at run time from the rhs: rows of at most
 `row-at-a-time-bytes` whose gap to the next row is at most `row-at-a-time-gap-bytes`
 go one row of k at a time, a single read stream over nearly contiguous memory,
-with the row of sums in L1; longer or farther-apart rows take `unroll` at a time.
+with the row of sums in L1 (each vector of sums loaded, then `step-rows` rows added
+to it in k order, then stored: fewer loads and stores of sums per weight); longer or
+farther-apart rows take `unroll` at a time.
 Short rows nearly back to back read fastest as one stream; with a gap, or long
 rows, several streams at once win (scripts/bench_k_layout.py measures it; the
 figures and the thresholds they gave: docs/performance.md, "The Kᵀ layout").
@@ -161,6 +163,10 @@ class MatmulLoops(KinaPass):
                               "every tile of rows reads it)", check=lambda n: n >= 1, expected="an integer >= 1")
     pack: bool = option(True, "register tiles read each block of rhs from a copy with its rows back to back")
     fma: bool = option(False, "fused multiply-adds (one rounding per k): faster GEMMs, but not the bits of -O0")
+    step_rows: int = option(4, "rhs rows one step of the one-row-at-a-time loops adds, in order, into its "
+                            "vector of sums, loaded and stored once for all of them (a widening matmul: one, "
+                            "the widening bounds it and more rows spill registers)",
+                            check=_at_least_1, expected="an integer from 1 to 64")
     transposed_columns: int = option(16, "columns of the other side a block of rows of the transposed form takes at "
                                      "once (each square transposed once for all of them, their sums in registers)",
                                      check=_at_least_1, expected="an integer from 1 to 64")
@@ -432,8 +438,8 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         b = outer[:-1]
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
         xs = [widen(memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result) for k in ks]
-        if prefetch:
-            ahead = arith.MinUIOp(arith.AddIOp(k0, rows_ahead).result, K_last).result
+        if prefetch:  # each row's lines `rows_ahead` rows on (the last row at most)
+            aheads = [arith.MinUIOp(arith.AddIOp(k, rows_ahead).result, K_last).result for k in ks]
 
         def step(j, vt, nontemporal):
             """One step at j: a vector of type `vt`, or one element if vt is None; the
@@ -450,8 +456,9 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
                 xv = xs
             a = load(acc, [*outer, j])
             if prefetch and vt is not None:  # every line of the step: rows are back to back, the lines aligned or not
-                for off in range(0, vt.shape[0], NT_ALIGN // in_bytes):
-                    memref.PrefetchOp(rhs, [*rhs_at(b), ahead, arith.AddIOp(j, cst(off)).result], False, 3, True)
+                for ahead in aheads:
+                    for off in range(0, vt.shape[0], NT_ALIGN // in_bytes):
+                        memref.PrefetchOp(rhs, [*rhs_at(b), ahead, arith.AddIOp(j, cst(off)).result], False, 3, True)
             for x, k in zip(xv, ks):
                 y = rhs_load(nvtype(vt), [*rhs_at(b), k, j])
                 a = mac(a, x, widen(y))
@@ -513,11 +520,14 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
         return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
 
-    def in_blocks(outer):
+    def in_blocks(outer, unroll, prefetch=False):
+        """Every k, `unroll` rows of rhs per pass over j, then the last ones alone."""
+        if unroll == 1:
+            return loop(zero, K, one, lambda k: rows(outer, k, 1, prefetch))
         u = cst(unroll)
         k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
-        loop(zero, k_main, u, lambda k: rows(outer, k, unroll))
-        loop(k_main, K, one, lambda k: rows(outer, k, 1))
+        loop(zero, k_main, u, lambda k: rows(outer, k, unroll, prefetch))
+        loop(k_main, K, one, lambda k: rows(outer, k, 1, prefetch))
 
     prefetch = options.prefetch_bytes > 0 and slot is None
     if prefetch:  # whole rows of rhs, at least prefetch-bytes and at least one
@@ -525,16 +535,18 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         rows_ahead = arith.MaxUIOp(arith.DivUIOp(arith.AddIOp(stride_bytes, cst(options.prefetch_bytes - 1)).result,
                                                  arith.MaxUIOp(stride_bytes, one).result).result, one).result
 
+    step_rows = options.step_rows if narrow == elt else 1
+
     def rows_one_at_a_time(outer):
         if unroll == 1:
-            return loop(zero, K, one, lambda k: rows(outer, k, 1, prefetch))
+            return in_blocks(outer, step_rows, prefetch)
 
         def then():
-            loop(zero, K, one, lambda k: rows(outer, k, 1, prefetch))
+            in_blocks(outer, step_rows, prefetch)
             scf.YieldOp([])
 
         def otherwise():
-            in_blocks(outer)
+            in_blocks(outer, unroll)
             scf.YieldOp([])
         if_op = scf.IfOp(short_dense_rows, has_else=True)
         with ir.InsertionPoint(if_op.then_block):
