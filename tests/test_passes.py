@@ -94,3 +94,20 @@ def test_options_are_the_passes_own_fields():
             parse(bad)
     with pytest.raises(PipelineError, match="got 0"):  # made directly, the same check
         MatmulLoops(unroll=0)
+
+
+def test_a_target_without_avx512_gets_register_tiles_that_fit_its_registers():
+    """selected(..., flags): without avx512f, matmul-loops' tiles keep 64 bytes of sums per
+    row (16 registers of 32 bytes), else the table's 384; options given on top still win,
+    and a build for x86-64-v3 / -v4 takes its level's table."""
+    from kina.driver.pipeline import Build, Options
+    from kina.ir.passes import BY_NAME, selected
+    tiles = lambda passes: next(p for p in passes if p.name == "matmul-loops").tile_row_bytes
+    assert BY_NAME["matmul-loops"].tile_row_bytes == 384
+    assert tiles(selected(3, "", ("avx2", "fma"))) == 64
+    assert tiles(selected(3, "", ("avx2", "avx512f"))) == 384
+    given = selected(3, "matmul-loops{fma=true}", ("avx2",))
+    assert tiles(given) == 64 and next(p for p in given if p.name == "matmul-loops").fma
+    assert tiles(selected(3, "matmul-loops{tile-row-bytes=128}", ("avx2",))) == 128
+    for level, want in (("x86-64-v3", 64), ("x86-64-v4", 384)):
+        assert tiles(Build("", "t.kina", Options(cpu=level), workdir=None).passes) == want

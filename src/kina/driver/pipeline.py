@@ -99,8 +99,8 @@ class Build:
     @cached_property
     def passes(self) -> list[Pass]:
         """The passes this build runs, in order: `passes.selected`, the one place that
-        says which (at -O0 none of the optimisations)."""
-        return selected(self.options.opt_level, self.options.pass_options)
+        says which (at -O0 none of the optimisations), with the options of the target CPU."""
+        return selected(self.options.opt_level, self.options.pass_options, cpu.target_flags(self.options.cpu))
 
     @property
     def target_cpu(self) -> str:

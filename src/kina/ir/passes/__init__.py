@@ -23,6 +23,8 @@ and with which options (`Options.pass_options`, `kinac --pass-options`).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, parse_pipeline, source_loc
 from .abi import Abi
 from .copies_to_linalg import CopiesToLinalg
@@ -67,13 +69,29 @@ PASSES: tuple[Pass, ...] = (
 BY_NAME = {p.name: p for p in PASSES}
 
 
-def selected(opt_level: int, with_options: str = "") -> list[Pass]:
+def for_target(flags) -> dict[str, Pass]:
+    """The pass table by name, with the options a target with these ISA extensions
+    (`kina.runtime.cpu.target_flags`) changes from the defaults: without AVX-512 (16 vector
+    registers of 32 bytes, not 32 of 64), matmul-loops' register tiles keep 64 bytes of sums
+    per row, not 384 (4 rows x 384 bytes are 24 of AVX-512's registers and would spill; on an
+    AVX2 Zen 1, 64 ran P = 32 prefill matmuls 1.35-1.6x faster: docs/performance.md). The
+    options change the loops only, never the bits."""
+    table = dict(BY_NAME)
+    if "avx512f" not in flags:
+        table["matmul-loops"] = dataclasses.replace(BY_NAME["matmul-loops"], tile_row_bytes=64)
+    return table
+
+
+def selected(opt_level: int, with_options: str = "", flags=("avx512f",)) -> list[Pass]:
     """The passes a build at `opt_level` runs, in order: all of them, or at 0 none of the
-    optimisations; `with_options` (`--passes` text, `matmul-loops{fma=true}`) gives some
-    of them options. Raises `PipelineError` for a pass it names that does not run."""
-    chosen = [p for p in PASSES if opt_level > 0 or not p.optimisation]
+    optimisations, with the options of a target with the ISA extensions `flags`
+    (`for_target`; the default, AVX-512, is the table's own defaults); `with_options`
+    (`--passes` text, `matmul-loops{fma=true}`) sets some of them on top. Raises
+    `PipelineError` for a pass it names that does not run."""
+    table = for_target(flags)
+    chosen = [table[p.name] for p in PASSES if opt_level > 0 or not p.optimisation]
     if with_options:
-        given = {p.name: p for p in parse(with_options)}
+        given = {p.name: p for p in parse_pipeline(with_options, table)}
         for name in given.keys() - {p.name for p in chosen}:
             raise PipelineError(f"pass '{name}' does not run at -O{opt_level}: nothing to give options to")
         chosen = [given.get(p.name, p) for p in chosen]

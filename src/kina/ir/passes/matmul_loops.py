@@ -165,7 +165,7 @@ class MatmulLoops(KinaPass):
     fma: bool = option(False, "fused multiply-adds (one rounding per k): faster GEMMs, but not the bits of -O0")
     step_rows: int = option(4, "rhs rows one step of the one-row-at-a-time loops adds, in order, into its "
                             "vector of sums, loaded and stored once for all of them (a widening matmul: one, "
-                            "the widening bounds it and more rows spill registers)",
+                            "the widening bounds it and more rows spill registers; a fused one: one)",
                             check=_at_least_1, expected="an integer from 1 to 64")
     transposed_columns: int = option(16, "columns of the other side a block of rows of the transposed form takes at "
                                      "once (each square transposed once for all of them, their sums in registers)",
@@ -535,7 +535,8 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         rows_ahead = arith.MaxUIOp(arith.DivUIOp(arith.AddIOp(stride_bytes, cst(options.prefetch_bytes - 1)).result,
                                                  arith.MaxUIOp(stride_bytes, one).result).result, one).result
 
-    step_rows = options.step_rows if narrow == elt else 1
+    # a fused matmul's slot rows each start at their own alignment: one row per step
+    step_rows = options.step_rows if narrow == elt and slot is None else 1
 
     def rows_one_at_a_time(outer):
         if unroll == 1:
@@ -567,38 +568,44 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
             scf.YieldOp([])
         scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
 
+    # a register tile's vectors: `vector-bytes`, or one row of the tile if that is shorter
+    # (vector<16xf32> on AVX2: 6 rows x 1 vector of sums are 12 of its 16 registers)
+    t_bytes = min(vector_bytes, options.tile_row_bytes)
+    t_width = max(1, t_bytes // elt_bytes)
+    t_vtype, t_nv = ir.VectorType.get([t_width], elt), max(1, options.tile_row_bytes // t_bytes)
+
     def tile(b, i0, mr, jb, nv, masked, k_lo, k_hi, packed):
-        """acc[b, i0:i0+mr, jb:jb+nv*width] += lhs[b, i0:i0+mr, k_lo:k_hi] @ rhs[b, k_lo:k_hi, jb:jb+nv*width],
+        """acc[b, i0:i0+mr, jb:jb+nv*t_width] += lhs[b, i0:i0+mr, k_lo:k_hi] @ rhs[b, k_lo:k_hi, jb:jb+nv*t_width],
         each element in k order, with the mr x nv vectors of sums in registers while k runs;
         `masked`: the columns from N on are neither read nor written; rhs's block read from
         `packed` (its copy, rows back to back) if given."""
         rows = [i0] + [arith.AddIOp(i0, cst(r)).result for r in range(1, mr)]
-        js = [jb] + [arith.AddIOp(jb, cst(v * width)).result for v in range(1, nv)]
-        mask_t = ir.VectorType.get([width], ir.IntegerType.get_signless(1))
+        js = [jb] + [arith.AddIOp(jb, cst(v * t_width)).result for v in range(1, nv)]
+        mask_t = ir.VectorType.get([t_width], ir.IntegerType.get_signless(1))
         masks = [vector.CreateMaskOp(mask_t, [arith.SubIOp(N, j).result]).result for j in js] if masked else []
         pads = {t: arith.ConstantOp(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(t.element_type, 0.0))).result
-                for t in {vtype, nvtype(vtype)}} if masked else {}
+                for t in {t_vtype, nvtype(t_vtype)}} if masked else {}
 
         def load(t, m, ix, v):
             if not masked:
                 return vector.LoadOp(t, m, ix).result
             return vector.MaskedLoadOp(t, m, ix, masks[v], pads[t]).result
 
-        offsets = [cst(v * width) for v in range(nv)]  # columns of the packed block
+        offsets = [cst(v * t_width) for v in range(nv)]  # columns of the packed block
 
         def add_row(k, *sums):
             if packed is not None:
                 row = arith.SubIOp(k, k_lo).result
-                ys = [widen(vector.LoadOp(nvtype(vtype), packed, [row, o]).result) for o in offsets]
+                ys = [widen(vector.LoadOp(nvtype(t_vtype), packed, [row, o]).result) for o in offsets]
             else:
-                ys = [widen(load(nvtype(vtype), rhs, [*rhs_at(b), k, j], v)) for v, j in enumerate(js)]
+                ys = [widen(load(nvtype(t_vtype), rhs, [*rhs_at(b), k, j], v)) for v, j in enumerate(js)]
             new = []
             for r, i in enumerate(rows):
-                x = vector.BroadcastOp(vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result)).result
+                x = vector.BroadcastOp(t_vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result)).result
                 new += [mac(sums[r * nv + v], x, y) for v, y in enumerate(ys)]
             return new
         at = [(i, v, j) for i in rows for v, j in enumerate(js)]
-        sums = loop(k_lo, k_hi, one, add_row, [load(vtype, acc, [*b, i, j], v) for i, v, j in at])
+        sums = loop(k_lo, k_hi, one, add_row, [load(t_vtype, acc, [*b, i, j], v) for i, v, j in at])
         for a, (i, v, j) in zip(sums, at):
             if masked:
                 vector.MaskedStoreOp(acc, [*b, i, j], masks[v], a)
@@ -610,16 +617,16 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         each block of `tile-k-rows` rows of rhs (k in order: the sums go to acc and come
         back between blocks) and each block of its columns, every tile of rows, so that
         block of rhs stays in cache; the last block of columns, partial, masked."""
-        mr, nv = options.tile_rows, max(1, options.tile_row_bytes // vector_bytes)
-        bw, step, kc = cst(nv * width), cst(mr), cst(pack_rows)
+        mr, nv = options.tile_rows, t_nv
+        bw, step, kc = cst(nv * t_width), cst(mr), cst(pack_rows)
         full = arith.SubIOp(N, arith.RemUIOp(N, bw).result).result
-        mask_t = ir.VectorType.get([width], ir.IntegerType.get_signless(1))
-        pad = arith.ConstantOp(nvtype(vtype), ir.DenseElementsAttr.get_splat(nvtype(vtype), ir.FloatAttr.get(narrow, 0.0)))
+        mask_t = ir.VectorType.get([t_width], ir.IntegerType.get_signless(1))
+        pad = arith.ConstantOp(nvtype(t_vtype), ir.DenseElementsAttr.get_splat(nvtype(t_vtype), ir.FloatAttr.get(narrow, 0.0)))
 
         def pack(jb, masked, k_lo, k_hi):
-            js = [arith.AddIOp(jb, cst(v * width)).result for v in range(nv)]
+            js = [arith.AddIOp(jb, cst(v * t_width)).result for v in range(nv)]
             masks = [vector.CreateMaskOp(mask_t, [arith.SubIOp(N, j).result]).result for j in js] if masked else []
-            offsets = [cst(v * width) for v in range(nv)]
+            offsets = [cst(v * t_width) for v in range(nv)]
 
             def copy_row(k):
                 row = arith.SubIOp(k, k_lo).result
@@ -627,12 +634,12 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
                     ix = [*rhs_at(b), k, j]
                     if masked and bf16:  # zeros, then the columns below N one by one
                         vector.StoreOp(pad.result, packed, [row, o])
-                        loop(j, arith.MinUIOp(arith.AddIOp(j, cst(width)).result, N).result, one, lambda c, j=j, o=o:
+                        loop(j, arith.MinUIOp(arith.AddIOp(j, cst(t_width)).result, N).result, one, lambda c, j=j, o=o:
                              memref.StoreOp(memref.LoadOp(rhs, [*rhs_at(b), k, c]).result, packed,
                                             [row, arith.AddIOp(o, arith.SubIOp(c, j).result).result]))
                         continue
-                    y = vector.MaskedLoadOp(nvtype(vtype), rhs, ix, masks[v], pad.result).result if masked else \
-                        vector.LoadOp(nvtype(vtype), rhs, ix).result
+                    y = vector.MaskedLoadOp(nvtype(t_vtype), rhs, ix, masks[v], pad.result).result if masked else \
+                        vector.LoadOp(nvtype(t_vtype), rhs, ix).result
                     vector.StoreOp(y, packed, [row, o])
             loop(k_lo, k_hi, one, copy_row)
         packed = pack_buffer
@@ -653,7 +660,7 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     # evict each other while the row tiles read the block
     k_static = ir.MemRefType(rhs.type).shape[-2]
     pack_rows = options.tile_k_rows if k_static == DYN else max(1, min(options.tile_k_rows, k_static))
-    pack_type = ir.MemRefType.get([pack_rows, max(1, options.tile_row_bytes // vector_bytes) * width], narrow)
+    pack_type = ir.MemRefType.get([pack_rows, t_nv * t_width], narrow)
     # BF16 is always packed, its last partial block copied element by element: LLVM lowers a
     # masked BF16 vector load, on x86 without AVX-512, through __truncsfbf2 (not in every libgcc)
     bf16 = str(narrow) == "bf16"
