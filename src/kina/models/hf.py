@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import files, runtime
 from .common import kina_dtype
-from .storylm import ROPE_TYPES, StoryLM, weight_dtype_of, weight_layout
+from .storylm import ROPE_TYPES, StoryLM, tensor_dtype, weight_dtype_of, weight_layout
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not given (capped by the config's)
@@ -268,7 +268,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
         if a.shape != shape:
             raise CheckpointError(f"{path}: tensor {hf!r} has shape {list(a.shape)}, expected {list(shape)} "
                                   f"(from config.json)")
-        out = runtime.empty(shape[::-1] if transposed else shape, wdt if len(shape) == 2 else dt)
+        out = runtime.empty(shape[::-1] if transposed else shape, tensor_dtype(shape, dt, wdt))
         with np.errstate(over="ignore"):
             out[...] = a.T if transposed else a  # converted element by element, no temporary copy
         if not allow_nonfinite:

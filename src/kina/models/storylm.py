@@ -122,7 +122,7 @@ def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int, dtype, weig
             a = 1.0 + 0.1 * rng.standard_normal(shape)
         else:
             a = rng.standard_normal(shape) / math.sqrt(shape[0])
-        out[name] = a.astype(weight_dtype if weight_dtype is not None and len(shape) == 2 else dtype)
+        out[name] = a.astype(tensor_dtype(shape, dtype, weight_dtype))
     return out
 
 
@@ -168,7 +168,8 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
                   sizes: Mapping[str, int], dtype: np.dtype, copy: bool = True,
                   allow_nonfinite: bool = False, weight_dtype: np.dtype | None = None) -> dict[str, np.ndarray]:
     """64-byte-aligned copies of `weights`, once each is exactly as `layout` (at `sizes`)
-    and `dtype` say (the matrices `weight_dtype`, when given); a missing, unexpected or wrong tensor is an error naming it, and so
+    and `dtype` say (`tensor_dtype`: the matrices `weight_dtype`, when given); a missing,
+    unexpected or wrong tensor is an error naming it, and so
     is one holding NaN or infinity unless `allow_nonfinite`. With `copy=False` (for
     arrays the caller made and gives up) an array that is already C-contiguous and
     aligned is kept as it is."""
@@ -189,7 +190,8 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
         a = weights[name]
         if not isinstance(a, np.ndarray):
             raise TypeError(f"weights: tensor {name!r} must be a numpy.ndarray, got {type(a).__name__}")
-        want, whose = (weight_dtype, "weight_dtype") if weight_dtype is not None and len(dims) == 2 else (dtype, "dtype")
+        want = tensor_dtype(dims, dtype, weight_dtype)
+        whose = "weight_dtype" if weight_dtype is not None and len(dims) == 2 else "dtype"
         if a.dtype != want:
             raise TypeError(f"weights: tensor {name!r} has dtype {a.dtype}, expected {want}, the model's {whose} "
                             f"(nothing is converted on load)")
@@ -206,6 +208,13 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
         out[name] = runtime.empty(a.shape, a.dtype)
         out[name][...] = a
     return out
+
+
+def tensor_dtype(dims: Sequence, dtype: np.dtype, weight_dtype: np.dtype | None) -> np.dtype:
+    """The dtype a weight tensor of these dims is held in: the matrices (2 dims: the
+    projections, the head and the embedding table) `weight_dtype` when given, the gains and
+    biases `dtype`."""
+    return weight_dtype if weight_dtype is not None and len(dims) == 2 else dtype
 
 
 def weight_dtype_of(dtype: np.dtype, weight_dtype) -> np.dtype:

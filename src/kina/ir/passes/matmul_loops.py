@@ -569,7 +569,8 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
 
     # a register tile's vectors: `vector-bytes`, or one row of the tile if that is shorter
-    # (vector<16xf32> on AVX2: 6 rows x 1 vector of sums are 12 of its 16 registers)
+    # (tile-row-bytes=64, a target without AVX-512: 4 rows x 1 vector<16xf32> of sums are 8
+    # of AVX2's 16 registers)
     t_bytes = min(vector_bytes, options.tile_row_bytes)
     t_width = max(1, t_bytes // elt_bytes)
     t_vtype, t_nv = ir.VectorType.get([t_width], elt), max(1, options.tile_row_bytes // t_bytes)
