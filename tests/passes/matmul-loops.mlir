@@ -535,6 +535,29 @@ func.func @tiles(%x: memref<9x16xf32>, %w: memref<16x100xf32>, %acc: memref<9x10
   return
 }
 
+// F16 weights in register tiles: the block is widened once, as it is copied (the copy
+// holds f32), so the tile's k loop loads f32 vectors and widens nothing of rhs.
+// CHECK-LABEL: func.func @tiles_widening(
+// CHECK:         %[[PACK:.+]] = memref.alloca() : memref<16x96xf32>
+// CHECK:             scf.for %[[KC:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:               %[[C0:.+]] = vector.load %{{.+}} : memref<16x96xf16>, vector<32xf16>
+// CHECK-NEXT:          %[[W0:.+]] = arith.extf %[[C0]] : vector<32xf16> to vector<32xf32>
+// CHECK-NEXT:          vector.store %[[W0]], %[[PACK]][%{{.+}}, %{{.+}}] : memref<16x96xf32>, vector<32xf32>
+// CHECK:               scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args
+// CHECK-NOT:             arith.extf
+// CHECK:                 scf.yield
+func.func @tiles_widening(%x: memref<8x16xf32>, %w: memref<16x96xf16>, %acc: memref<8x96xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<8x16xf32>, memref<16x96xf16>) outs(%acc : memref<8x96xf32>) {
+  ^bb0(%a: f32, %b: f16, %s: f32):
+    %bf = arith.extf %b : f16 to f32
+    %m = arith.mulf %a, %bf : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
 // Fewer rows than a tile (decode, 3 rows) take no tiles. One rhs row at a time, each
 // vector step prefetches its lines the whole rows ahead that cover prefetch-bytes
 // (2048 here: 3 rows of 768 bytes), clamped to K - 1; the 8-rows-at-a-time

@@ -39,7 +39,8 @@ register tiles first: for each block of `tile-k-rows` rhs rows and each block of
 columns (`tile-row-bytes` of sums per row), every tile of rows in turn, so that block
 of rhs is read from cache by all of them (from a copy on the stack with its rows back
 to back, `pack`: rhs rows a power of two apart, N = 512 or 4096, would share a few
-cache sets and evict each other); the tile's sums stay in vector registers
+cache sets and evict each other; the copy is in the sums' type, so F16 or BF16
+weights are widened once as copied, not once per tile of rows); the tile's sums stay in vector registers
 while k runs over the block, each rhs vector loaded once per k for all the tile's
 rows. Between blocks of k the sums go to acc and come back (exact), so each element
 still sums in k order. The last block of columns, partial, uses masked loads and
@@ -597,7 +598,7 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         def add_row(k, *sums):
             if packed is not None:
                 row = arith.SubIOp(k, k_lo).result
-                ys = [widen(vector.LoadOp(nvtype(t_vtype), packed, [row, o]).result) for o in offsets]
+                ys = [vector.LoadOp(t_vtype, packed, [row, o]).result for o in offsets]  # widened when packed
             else:
                 ys = [widen(load(nvtype(t_vtype), rhs, [*rhs_at(b), k, j], v)) for v, j in enumerate(js)]
             new = []
@@ -623,6 +624,7 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         full = arith.SubIOp(N, arith.RemUIOp(N, bw).result).result
         mask_t = ir.VectorType.get([t_width], ir.IntegerType.get_signless(1))
         pad = arith.ConstantOp(nvtype(t_vtype), ir.DenseElementsAttr.get_splat(nvtype(t_vtype), ir.FloatAttr.get(narrow, 0.0)))
+        zeros = arith.ConstantOp(t_vtype, ir.DenseElementsAttr.get_splat(t_vtype, ir.FloatAttr.get(elt, 0.0))) if bf16 else None
 
         def pack(jb, masked, k_lo, k_hi):
             js = [arith.AddIOp(jb, cst(v * t_width)).result for v in range(nv)]
@@ -634,14 +636,14 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
                 for v, (j, o) in enumerate(zip(js, offsets)):
                     ix = [*rhs_at(b), k, j]
                     if masked and bf16:  # zeros, then the columns below N one by one
-                        vector.StoreOp(pad.result, packed, [row, o])
+                        vector.StoreOp(zeros.result, packed, [row, o])
                         loop(j, arith.MinUIOp(arith.AddIOp(j, cst(t_width)).result, N).result, one, lambda c, j=j, o=o:
-                             memref.StoreOp(memref.LoadOp(rhs, [*rhs_at(b), k, c]).result, packed,
+                             memref.StoreOp(widen(memref.LoadOp(rhs, [*rhs_at(b), k, c]).result), packed,
                                             [row, arith.AddIOp(o, arith.SubIOp(c, j).result).result]))
                         continue
                     y = vector.MaskedLoadOp(nvtype(t_vtype), rhs, ix, masks[v], pad.result).result if masked else \
                         vector.LoadOp(nvtype(t_vtype), rhs, ix).result
-                    vector.StoreOp(y, packed, [row, o])
+                    vector.StoreOp(widen(y), packed, [row, o])
             loop(k_lo, k_hi, one, copy_row)
         packed = pack_buffer
 
@@ -661,7 +663,9 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     # evict each other while the row tiles read the block
     k_static = ir.MemRefType(rhs.type).shape[-2]
     pack_rows = options.tile_k_rows if k_static == DYN else max(1, min(options.tile_k_rows, k_static))
-    pack_type = ir.MemRefType.get([pack_rows, t_nv * t_width], narrow)
+    # in the sums' type: a narrow rhs (F16, BF16 weights) is widened once as it is copied, not
+    # once per tile of rows that reads it
+    pack_type = ir.MemRefType.get([pack_rows, t_nv * t_width], elt)
     # BF16 is always packed, its last partial block copied element by element: LLVM lowers a
     # masked BF16 vector load, on x86 without AVX-512, through __truncsfbf2 (not in every libgcc)
     bf16 = str(narrow) == "bf16"
