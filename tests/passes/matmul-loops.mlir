@@ -19,12 +19,19 @@
 // steps, then scalars; then the remaining k one at a time. The same order of sums.
 // One row at a time, by default (step-rows=4) each step over j loads its vector of sums,
 // adds 4 rhs rows' products to it in k order and stores it; the last K % 4 rows alone.
+// Each row prefetches the row `rows ahead` past the step's last one (k + 3 + ahead, at
+// most K - 1): ahead of what the step reads, not within it.
 // STEP-LABEL: func.func @unrolled(
+// STEP:         arith.divui
+// STEP-NEXT:    %[[AHEAD:.+]] = arith.maxui %{{.+}}, %{{.+}} : index
 // STEP:         scf.if
 // STEP:           scf.for %[[K0:.+]] = %{{.+}} to %[[KMAIN:.+]] step %[[FOUR:.+]] {
 // STEP:             %[[K1:.+]] = arith.addi %[[K0]], %{{.+}} : index
 // STEP:             %[[K2:.+]] = arith.addi %[[K0]], %{{.+}} : index
 // STEP:             %[[K3:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// STEP:             %[[PAST:.+]] = arith.addi %[[AHEAD]], %c3{{.*}} : index
+// STEP-NEXT:        %[[P0:.+]] = arith.addi %[[K0]], %[[PAST]] : index
+// STEP-NEXT:        arith.minui %[[P0]], %{{.+}} : index
 // STEP:             scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
 // STEP:               %[[A:.+]] = vector.load %{{.+}}[%{{.+}}, %[[J]]] : memref<2x40xf32>, vector<32xf32>
 // STEP:               memref.prefetch

@@ -435,12 +435,14 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     def rows(outer, k0, count, prefetch=False):
         """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
         (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused); with
-        `prefetch`, each vector step also prefetches its lines `rows_ahead` rows ahead."""
+        `prefetch`, each vector step also prefetches its lines `rows_ahead` rows past the
+        last of the `count` (ahead of what this step reads, not within it)."""
         b = outer[:-1]
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
         xs = [widen(memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result) for k in ks]
-        if prefetch:  # each row's lines `rows_ahead` rows on (the last row at most)
-            aheads = [arith.MinUIOp(arith.AddIOp(k, rows_ahead).result, K_last).result for k in ks]
+        if prefetch:  # each row's lines `rows_ahead` rows past this step's last row (the last row at most)
+            past = arith.AddIOp(rows_ahead, cst(count - 1)).result if count > 1 else rows_ahead
+            aheads = [arith.MinUIOp(arith.AddIOp(k, past).result, K_last).result for k in ks]
 
         def step(j, vt, nontemporal):
             """One step at j: a vector of type `vt`, or one element if vt is None; the
