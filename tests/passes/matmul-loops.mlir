@@ -565,6 +565,37 @@ func.func @tiles_widening(%x: memref<8x16xf32>, %w: memref<16x96xf16>, %acc: mem
   return
 }
 
+// F16 activations too: each tile's 4 rows of a block of k are widened into an f32 copy
+// (whole lines as vectors, then the last elements alone) before its k loop, which
+// broadcasts from the copy: each lhs value is widened once per tile, not once per k step.
+// CHECK-LABEL: func.func @tiles_narrow_lhs(
+// CHECK-DAG:     %[[PACK:.+]] = memref.alloca() : memref<20x96xf32>
+// CHECK-DAG:     %[[XS:.+]] = memref.alloca() : memref<4x20xf32>
+// CHECK:               scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} {
+// CHECK:                 %[[XV:.+]] = vector.load %{{.+}} : memref<8x20xf16>, vector<16xf16>
+// CHECK-NEXT:            %[[XW:.+]] = arith.extf %[[XV]] : vector<16xf16> to vector<16xf32>
+// CHECK-NEXT:            vector.store %[[XW]], %[[XS]][%{{.+}}, %{{.+}}] : memref<4x20xf32>, vector<16xf32>
+// CHECK:                 memref.load %{{.+}} : memref<8x20xf16>
+// CHECK-NEXT:            arith.extf %{{.+}} : f16 to f32
+// CHECK-NEXT:            memref.store %{{.+}}, %[[XS]]
+// CHECK:               scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args
+// CHECK-NOT:             arith.extf
+// CHECK:                 memref.load %[[XS]]
+// CHECK-NOT:             arith.extf
+// CHECK:                 scf.yield
+func.func @tiles_narrow_lhs(%x: memref<8x20xf16>, %w: memref<20x96xf16>, %acc: memref<8x96xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<8x20xf16>, memref<20x96xf16>) outs(%acc : memref<8x96xf32>) {
+  ^bb0(%a: f16, %b: f16, %s: f32):
+    %af = arith.extf %a : f16 to f32
+    %bf = arith.extf %b : f16 to f32
+    %m = arith.mulf %af, %bf : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
 // Fewer rows than a tile (decode, 3 rows) take no tiles. One rhs row at a time, each
 // vector step prefetches its lines the whole rows ahead that cover prefetch-bytes
 // (2048 here: 3 rows of 768 bytes), clamped to K - 1; the 8-rows-at-a-time

@@ -40,7 +40,9 @@ columns (`tile-row-bytes` of sums per row), every tile of rows in turn, so that 
 of rhs is read from cache by all of them (from a copy on the stack with its rows back
 to back, `pack`: rhs rows a power of two apart, N = 512 or 4096, would share a few
 cache sets and evict each other; the copy is in the sums' type, so F16 or BF16
-weights are widened once as copied, not once per tile of rows); the tile's sums stay in vector registers
+weights are widened once as copied, not once per tile of rows; F16 or BF16 rows of
+lhs likewise go to a small F32 copy, a tile's rows of the block, before its k loop);
+the tile's sums stay in vector registers
 while k runs over the block, each rhs vector loaded once per k for all the tile's
 rows. Between blocks of k the sums go to acc and come back (exact), so each element
 still sums in k order. The last block of columns, partial, uses masked loads and
@@ -596,6 +598,10 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
             return vector.MaskedLoadOp(t, m, ix, masks[v], pads[t]).result
 
         offsets = [cst(v * t_width) for v in range(nv)]  # columns of the packed block
+        if lhs_buffer is not None:  # the tile's rows of a narrow lhs, widened once for all its columns
+            for r, i in enumerate(rows):
+                widen_lhs_row(b, i, r, k_lo, k_hi)
+            buffer_rows = [cst(r) for r in range(mr)]
 
         def add_row(k, *sums):
             if packed is not None:
@@ -605,7 +611,9 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
                 ys = [widen(load(nvtype(t_vtype), rhs, [*rhs_at(b), k, j], v)) for v, j in enumerate(js)]
             new = []
             for r, i in enumerate(rows):
-                x = vector.BroadcastOp(t_vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result)).result
+                x = memref.LoadOp(lhs_buffer, [buffer_rows[r], arith.SubIOp(k, k_lo).result]).result if lhs_buffer is not None \
+                    else widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result)
+                x = vector.BroadcastOp(t_vtype, x).result
                 new += [mac(sums[r * nv + v], x, y) for v, y in enumerate(ys)]
             return new
         at = [(i, v, j) for i in rows for v, j in enumerate(js)]
@@ -615,6 +623,17 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
                 vector.MaskedStoreOp(acc, [*b, i, j], masks[v], a)
             else:
                 vector.StoreOp(a, acc, [*b, i, j])
+
+    def widen_lhs_row(b, i, r, k_lo, k_hi):
+        """lhs_buffer[r, :k_hi - k_lo] = lhs[b, i, k_lo:k_hi] widened: vectors of one line, then
+        the last elements one by one (no masked load: a BF16 one needs a libcall on some x86)."""
+        x_t, row = ir.VectorType.get([line], lhs_elt), cst(r)
+        n = arith.SubIOp(k_hi, k_lo).result
+        whole = arith.SubIOp(n, arith.RemUIOp(n, cst(line)).result).result
+        loop(zero, whole, cst(line), lambda c: vector.StoreOp(
+            widen(vector.LoadOp(x_t, lhs, [*lhs_at(b), i, arith.AddIOp(k_lo, c).result]).result), lhs_buffer, [row, c]))
+        loop(whole, n, one, lambda c: memref.StoreOp(
+            widen(memref.LoadOp(lhs, [*lhs_at(b), i, arith.AddIOp(k_lo, c).result]).result), lhs_buffer, [row, c]))
 
     def tiles(b, rows_end):
         """Rows 0 to rows_end (a multiple of `tile-rows`) of batch b in register tiles: for
@@ -672,6 +691,11 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     # masked BF16 vector load, on x86 without AVX-512, through __truncsfbf2 (not in every libgcc)
     bf16 = str(narrow) == "bf16"
     pack_buffer = memref.AllocaOp(pack_type, [], []).result if use_tiles and (options.pack or bf16) else None
+    # a narrow lhs (F16 activations): each tile's rows of a block of k, widened once for all the
+    # tile's columns (widening each scalar as the k loop reads it cost as much as the multiplies)
+    lhs_elt = ir.MemRefType(lhs.type).element_type
+    lhs_buffer = memref.AllocaOp(ir.MemRefType.get([options.tile_rows, pack_rows], elt), [], []).result \
+        if use_tiles and lhs_elt != elt else None
 
     def per_batch(b):
         """Whole tiles of rows (not for a fused matmul, whose copy wants each rhs row
