@@ -27,6 +27,7 @@ import dataclasses
 
 from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, parse_pipeline, source_loc
 from .abi import Abi
+from .broadcast_loops import BroadcastLoops
 from .copies_to_linalg import CopiesToLinalg
 from .exp_to_arith import ExpToArith
 from .fence_nontemporal import FenceNontemporal
@@ -52,6 +53,7 @@ PASSES: tuple[Pass, ...] = (
     Threads(),
     MatmulLoops(),
     SumLoops(),
+    BroadcastLoops(),
     ExpToArith(),
     UpstreamPass("deallocate", "free every temporary", ",".join([
         "cse",  # merges equal subviews, so a slot copied onto itself folds away in canonicalize
