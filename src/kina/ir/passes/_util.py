@@ -203,3 +203,16 @@ def nest(sizes, body, outer=()) -> None:
         body(list(outer))
     else:
         loop(index(0), sizes[len(outer)], index(1), lambda iv: nest(sizes, body, (*outer, iv)))
+
+
+def clone_body(block, mapping: dict) -> list[ir.Value]:
+    """Clone a linalg body's ops (all but its yield) at the insertion point, with each
+    block argument replaced as `mapping` says; returns the values its yield gives."""
+    mapping = dict(mapping)
+    ops = list(block.operations)
+    for inner in ops[:-1]:
+        clone = inner.clone()
+        for i, v in enumerate(clone.operands):
+            clone.operands[i] = mapping.get(v, v)
+        mapping.update(zip(inner.results, clone.results))
+    return [mapping.get(v, v) for v in ops[-1].operands]

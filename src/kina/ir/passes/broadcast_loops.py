@@ -39,7 +39,7 @@ from mlir.dialects import linalg, memref
 
 from ..irbuild import index
 from ._pass import KinaPass
-from ._util import NO_MATCH, apply_patterns, dim, iterators_of, loop, maps_of, nest
+from ._util import NO_MATCH, apply_patterns, clone_body, dim, iterators_of, loop, maps_of, nest
 
 ZERO = -1  # an indexing result that is the constant 0, not a dim
 
@@ -120,13 +120,7 @@ def _emit(op, dims: list[list[int] | None]) -> None:
                     mapping[arg] = fixed[i]
                 elif i < n_in or any(True for _ in arg.uses):  # an output's old value only if read
                     mapping[arg] = memref.LoadOp(v, [zero if a == ZERO else at[a] for a in d]).result
-            ops = list(block.operations)
-            for inner in ops[:-1]:  # all but the yield
-                clone = inner.clone()
-                for k, v in enumerate(clone.operands):
-                    clone.operands[k] = mapping.get(v, v)
-                mapping.update(zip(inner.results, clone.results))
-            for v, target in zip(ops[-1].operands, operands[n_in:]):
-                memref.StoreOp(mapping.get(v, v), target, at)
+            for v, target in zip(clone_body(block, mapping), operands[n_in:]):
+                memref.StoreOp(v, target, at)
         loop(index(0), sizes[last], index(1), element)
     nest(sizes[:last], row)

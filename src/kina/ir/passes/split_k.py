@@ -46,7 +46,7 @@ from mlir.dialects import arith, linalg, memref
 
 from ..irbuild import DYN, affine_map, generic, index, matmul_maps
 from ._pass import KinaPass, option
-from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, maps_of, matmul_form, unit_innermost
+from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, clone_body, maps_of, matmul_form, unit_innermost
 
 
 def _at_least_2(n: int) -> bool:
@@ -140,11 +140,5 @@ def _body_of(op):
     block = op.regions[0].blocks[0]
 
     def body(*args):
-        mapping = dict(zip(block.arguments, args))
-        for inner in list(block.operations)[:-1]:  # all but the yield
-            clone = inner.clone()
-            for i, v in enumerate(clone.operands):
-                clone.operands[i] = mapping.get(v, v)
-            mapping.update(zip(inner.results, clone.results))
-        return [mapping[list(block.operations)[-1].operands[0]]]
+        return clone_body(block, dict(zip(block.arguments, args)))[:1]
     return body
