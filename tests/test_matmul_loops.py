@@ -108,3 +108,18 @@ def test_step_rows_keep_the_order_of_the_sums(step_rows):
     for i, (P, K, N) in enumerate([(1, 17, 100), (1, 576, 192), (2, 9, 40), (1, 4, 7)]):
         x, w = _inputs([(P, K), (K, N)], DTYPES["F32"], i)
         assert_same(f(x, w)[0], o0(x, w)[0], what=f"step-rows={step_rows} P={P} K={K} N={N}")
+
+
+def test_a_function_of_many_tiled_matmuls_runs_within_the_stack():
+    """48 chained prefill matmuls in one function, F16 (each packed block 192 KiB of F32 on
+    the stack): they share one buffer at the function's entry, on 1 and 2 threads (a buffer
+    per matmul, or per part a thread claims, overflowed the 8 MiB stack: a segfault)."""
+    n = 48
+    body = "".join(f"  let y{i} = {'x' if i == 0 else f'y{i - 1}'} @ w;\n" for i in range(n))
+    source = (f"let f = fn(x: tensor<F16, [4, 576], @host>, w: tensor<F16, [576, 576], @host>) "
+              f"-> (tensor<F16, [4, 576], @host>) {{\n{body}  (y{n - 1})\n}}\n")
+    f = kina.compile_source(source, "<many tiles>").f
+    x = _inputs([(4, 576)], np.float16, 3)[0]
+    w = np.eye(576, dtype=np.float16)
+    for threads in (1, 2):
+        assert_same(f(x, w, threads=threads)[0], x, what=f"{n} matmuls by the identity on {threads} threads")

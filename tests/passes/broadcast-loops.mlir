@@ -11,6 +11,8 @@
 #head3 = affine_map<(d0, d1, d2) -> (d0, d1)>
 #none = affine_map<(d0, d1) -> ()>
 #sum = affine_map<(d0, d1) -> (d0)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+#three = affine_map<(d0, d1) -> (d0, 3)>
 
 // CHECK-LABEL: func.func @softmax_exp(
 // CHECK-SAME:    %[[S:[^:]+]]: memref<?x?xf32, strided<[?, 1], offset: ?>>, %[[M:[^:]+]]: memref<?xf32, strided<[1], offset: ?>>)
@@ -107,13 +109,19 @@ func.func @stretched(%x: memref<4x16xf32>, %m: memref<4x1xf32>, %o: memref<4x16x
 }
 
 // Left alone: every operand indexes the innermost dim (nothing to hoist), a reduction
-// (sum-loops' or convert-linalg-to-loops'), and a generic on tensors.
+// (sum-loops' or convert-linalg-to-loops'), a generic on tensors, a body that reads
+// linalg.index, a transposed output, and an input read at a constant other than 0.
 // CHECK-LABEL: func.func @left_alone(
 // CHECK:         linalg.generic {{.+}} iterator_types = ["parallel", "parallel"]
 // CHECK:         linalg.generic {{.+}} iterator_types = ["parallel", "reduction"]
 // CHECK:         linalg.generic
+// CHECK:         linalg.generic
+// CHECK:         linalg.index
+// CHECK:         linalg.generic
+// CHECK:         linalg.generic
 // CHECK-NOT:     scf.for
-func.func @left_alone(%x: memref<4x16xf32>, %y: memref<4x16xf32>, %s: memref<4xf32>, %t: tensor<4x16xf32>, %u: tensor<4xf32>) -> tensor<4x16xf32> {
+func.func @left_alone(%x: memref<4x16xf32>, %y: memref<4x16xf32>, %s: memref<4xf32>, %t: tensor<4x16xf32>, %u: tensor<4xf32>,
+                      %z: memref<16x4xf32>, %c: memref<4x4xf32>) -> tensor<4x16xf32> {
   linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
       ins(%x : memref<4x16xf32>) outs(%y : memref<4x16xf32>) {
   ^bb0(%a: f32, %o: f32):
@@ -132,5 +140,27 @@ func.func @left_alone(%x: memref<4x16xf32>, %y: memref<4x16xf32>, %s: memref<4xf
     %d = arith.subf %a, %b : f32
     linalg.yield %d : f32
   } -> tensor<4x16xf32>
+  linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : memref<4x16xf32>, memref<4xf32>) outs(%y : memref<4x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i32
+    %f = arith.sitofp %ii : i32 to f32
+    %d = arith.addf %a, %f : f32
+    %e = arith.addf %d, %b : f32
+    linalg.yield %e : f32
+  }
+  linalg.generic {indexing_maps = [#id, #row, #tr], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : memref<4x16xf32>, memref<4xf32>) outs(%z : memref<16x4xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.subf %a, %b : f32
+    linalg.yield %d : f32
+  }
+  linalg.generic {indexing_maps = [#id, #three, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %c : memref<4x16xf32>, memref<4x4xf32>) outs(%y : memref<4x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.subf %a, %b : f32
+    linalg.yield %d : f32
+  }
   return %r : tensor<4x16xf32>
 }

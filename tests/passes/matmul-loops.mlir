@@ -596,6 +596,34 @@ func.func @tiles_narrow_lhs(%x: memref<8x20xf16>, %w: memref<20x96xf16>, %acc: m
   return
 }
 
+// Two tiled matmuls in one function share one stack buffer for their packed blocks,
+// allocated at the function's entry (one per matmul would add up: 48 prefill matmuls of
+// 192 KiB each overflowed an 8 MiB stack).
+// CHECK-LABEL: func.func @two_tiled(
+// CHECK-NEXT:    %[[PACK:.+]] = memref.alloca() : memref<16x96xf32>
+// CHECK-NOT:     memref.alloca()
+// CHECK:         vector.store %{{.+}}, %[[PACK]]
+// CHECK-NOT:     memref.alloca()
+// CHECK:         vector.store %{{.+}}, %[[PACK]]
+// CHECK:         return
+func.func @two_tiled(%x: memref<8x16xf32>, %w: memref<16x96xf32>, %a: memref<8x96xf32>, %b: memref<8x96xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<8x16xf32>, memref<16x96xf32>) outs(%a : memref<8x96xf32>) {
+  ^bb0(%p: f32, %q: f32, %s: f32):
+    %m = arith.mulf %p, %q : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<8x16xf32>, memref<16x96xf32>) outs(%b : memref<8x96xf32>) {
+  ^bb0(%p: f32, %q: f32, %s: f32):
+    %m = arith.mulf %p, %q : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
 // Fewer rows than a tile (decode, 3 rows) take no tiles. One rhs row at a time, each
 // vector step prefetches its lines the whole rows ahead that cover prefetch-bytes
 // (2048 here: 3 rows of 768 bytes), clamped to K - 1; the 8-rows-at-a-time

@@ -25,10 +25,13 @@ Out: the same module with each such generic as loops; other generics are left to
 convert-linalg-to-loops.
 
 Guarantees: the same body computes each element from the same operands, so the bits
-are unchanged. Taken: generics on ranked memrefs (or scalars), every iterator
+are unchanged, provided no hoisted input shares memory with an output (each row's
+value is read before the row is written, as the op's value semantics has it;
+bufferization copies such an operand first, so Kina's programs never pass one).
+Taken: generics on ranked memrefs (or scalars) with no results, every iterator
 parallel, rank 2 or more, identity output maps, every input map's results dims or 0
 (broadcast(...) of a dim of size 1), at least one input that does not index the
-innermost dim, no `linalg.index`.
+innermost dim, a body without `linalg.index` or nested regions.
 """
 from __future__ import annotations
 
@@ -69,8 +72,8 @@ def _dims_of(op) -> list[list[int]] | None:
     if rank < 2 or any(it != "parallel" for it in iterators) or len(op.results):
         return None
     block = op.regions[0].blocks[0]
-    if any(o.operation.name == "linalg.index" for o in block.operations):
-        return None
+    if any(o.operation.name == "linalg.index" or len(o.operation.regions) for o in block.operations):
+        return None  # the body is cloned op by op: no index, no nested regions
     dims = []
     for v, m in zip(op.operands, maps_of(op)):
         if not isinstance(v.type, ir.MemRefType):

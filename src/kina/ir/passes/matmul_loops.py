@@ -96,7 +96,9 @@ F16/BF16 rows are widened as loaded, the other side once into an F32 copy.
 
 A widening matmul (F16 or BF16 operands, F32 sums: the reference body extends x and
 y) runs the same loops, each loaded vector (and each lhs scalar) extended once, then
-the F32 multiply and add; it reads half the bytes of an F32 one. A mixed one (F32
+the F32 multiply and add (register tiles widen into their copies instead: the packed
+block of rhs, and a tile's rows of lhs for each block of columns); it reads half the
+bytes of an F32 one. A mixed one (F32
 activations against F16 or BF16 weights, or the other way round: only the narrow
 operand is extended) runs them too, each operand loaded as its own type.
 
@@ -175,6 +177,23 @@ class MatmulLoops(KinaPass):
                                      check=_at_least_1, expected="an integer from 1 to 64")
 
     def run(self, module_op) -> None:
+        buffers: dict = {}  # (function, type) -> its stack buffer of that type
+
+        def stack_buffer(op, t: ir.MemRefType) -> ir.Value:
+            """A buffer of type `t` on the stack of `op`'s function, allocated once at its entry
+            and shared by every matmul there that wants one (they run one after another; each
+            thread of a threaded entry has its own): a function of many matmuls, or a threaded
+            entry's loop that claims part after part, would otherwise keep one per matmul or per
+            part (192 KiB each) until it returns, and overflow the stack."""
+            fn = op.operation
+            while fn.name != "func.func":
+                fn = fn.parent
+            key = (fn, str(t))
+            if key not in buffers:
+                with ir.InsertionPoint.at_block_begin(fn.regions[0].blocks[0]), fn.location:
+                    buffers[key] = memref.AllocaOp(t, [], []).result
+            return buffers[key]
+
         def matmul(op, rewriter):
             kind = _kind(op)
             if kind is None:
@@ -184,7 +203,7 @@ class MatmulLoops(KinaPass):
                     _emit_transposed(op, self)
                 else:
                     one_row = kind == "fused" or ONE_ROW_AT_A_TIME in op.attributes
-                    _emit(op, self, 1 if one_row else self.unroll)
+                    _emit(op, self, 1 if one_row else self.unroll, lambda t: stack_buffer(op, t))
             rewriter.erase_op(op.operation)
         apply_patterns(module_op, {linalg.GenericOp: matmul})
 
@@ -384,7 +403,7 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
             scf.YieldOp([])
 
 
-def _emit(op, options: MatmulLoops, unroll: int) -> None:
+def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
     vector_bytes = options.vector_bytes
     lhs, rhs = list(op.inputs)
     acc, *slot = list(op.outputs)
@@ -402,7 +421,7 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     width = max(1, vector_bytes // elt_bytes)
     vtype = ir.VectorType.get([width], elt)
     # widening (F16 or BF16 operands, F32 sums): each value is extended once, as loaded
-    narrow = ir.MemRefType(rhs.type).element_type  # what rhs vectors are loaded as (lhs: scalars, each widened)
+    narrow = ir.MemRefType(rhs.type).element_type  # what rhs vectors are loaded as (lhs: scalars, each widened; tiles: copies)
     in_bytes = narrow.width // 8
     nvtype = lambda vt: vt if vt is None or narrow == elt else ir.VectorType.get(vt.shape, narrow)
     widen, mac = _widen_and_mac(elt, options.fma)
@@ -679,7 +698,7 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
         loop(zero, K, kc, k_block)
 
     use_tiles = options.tile_rows > 1 and slot is None and (acc_t.shape[-2] == DYN or acc_t.shape[-2] >= options.tile_rows)
-    # a block of rhs copied rows back to back, on the stack, once per matmul: rhs rows a
+    # a block of rhs copied rows back to back, on the stack (one buffer per function and type): rhs rows a
     # power of two apart (N = 512, 4096) would otherwise fall into a few cache sets and
     # evict each other while the row tiles read the block
     k_static = ir.MemRefType(rhs.type).shape[-2]
@@ -690,12 +709,12 @@ def _emit(op, options: MatmulLoops, unroll: int) -> None:
     # BF16 is always packed, its last partial block copied element by element: LLVM lowers a
     # masked BF16 vector load, on x86 without AVX-512, through __truncsfbf2 (not in every libgcc)
     bf16 = str(narrow) == "bf16"
-    pack_buffer = memref.AllocaOp(pack_type, [], []).result if use_tiles and (options.pack or bf16) else None
+    pack_buffer = stack_buffer(pack_type) if use_tiles and (options.pack or bf16) else None
     # a narrow lhs (F16 activations): each tile's rows of a block of k, widened once for all the
     # tile's columns (widening each scalar as the k loop reads it cost as much as the multiplies)
     lhs_elt = ir.MemRefType(lhs.type).element_type
-    lhs_buffer = memref.AllocaOp(ir.MemRefType.get([options.tile_rows, pack_rows], elt), [], []).result \
-        if use_tiles and lhs_elt != elt else None
+    lhs_buffer = stack_buffer(ir.MemRefType.get([options.tile_rows, pack_rows], elt)) if use_tiles and lhs_elt != elt \
+        else None
 
     def per_batch(b):
         """Whole tiles of rows (not for a fused matmul, whose copy wants each rhs row
