@@ -64,7 +64,7 @@ class BroadcastLoops(KinaPass):
         apply_patterns(module_op, {linalg.GenericOp: generic})
 
 
-def _dims_of(op) -> list[list[int]] | None:
+def _dims_of(op) -> list[list[int] | None] | None:
     """Each operand's indexing dims (ZERO for a constant 0 result; None for a scalar operand)
     if this pass takes `op`, else None."""
     iterators = iterators_of(op)

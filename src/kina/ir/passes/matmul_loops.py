@@ -644,7 +644,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
                 vector.StoreOp(a, acc, [*b, i, j])
 
     def widen_lhs_row(b, i, r, k_lo, k_hi):
-        """lhs_buffer[r, :k_hi - k_lo] = lhs[b, i, k_lo:k_hi] widened: vectors of one line, then
+        """lhs_buffer[r, :k_hi - k_lo] = lhs[b, i, k_lo:k_hi] widened: vectors of 16 (one F32 line), then
         the last elements one by one (no masked load: a BF16 one needs a libcall on some x86)."""
         x_t, row = ir.VectorType.get([line], lhs_elt), cst(r)
         n = arith.SubIOp(k_hi, k_lo).result
