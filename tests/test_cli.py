@@ -156,6 +156,18 @@ def test_list_passes(capsys):
     assert "--passes 'matmul-loops{unroll=4},sum-loops'" in out
 
 
+def test_list_passes_shows_what_a_build_for_the_cpu_changes(capsys):
+    """An option a build for --cpu runs with another value than its default says so: without
+    AVX-512, register tiles keep 64 bytes of sums per row (passes.for_target)."""
+    rc, avx2, _ = main(capsys, "--list-passes", "--cpu", "x86-64-v3")
+    assert rc == 0 and re.search(r"^[ ]+tile-row-bytes=384: .*\[this target: 64\]$", avx2, re.M), avx2
+    assert avx2.count("[this target:") == 1
+    rc, avx512, _ = main(capsys, "--list-passes", "--cpu", "x86-64-v4")
+    assert rc == 0 and "[this target:" not in avx512
+    rc, _, err = main(capsys, "--list-passes", "--cpu", "pentium")
+    assert rc == 1 and "unknown --cpu 'pentium'" in err
+
+
 MATMUL = "let f = fn(x: tensor<F32, [4, 64], @host>, w: tensor<F32, [64, 48], @host>) -> (tensor<F32, [4, 48], @host>) {\n  (x @ w)\n}\n"
 
 

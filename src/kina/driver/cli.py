@@ -63,7 +63,9 @@ def _compile_parser():
     p.add_argument("-o", "--output", help="output path (default: the .so next to the source; text stages print)")
     p.add_argument("--emit", choices=STAGE_NAMES, default="so", metavar="STAGE",
                    help="stop after this stage (or pass) and emit its output: " + ", ".join(STAGE_NAMES))
-    p.add_argument("--list-passes", action="store_true", help="print the pass table, with each pass's options and their defaults, and exit")
+    p.add_argument("--list-passes", action="store_true",
+                   help="print the pass table, each pass's options with their defaults (and the value a build\n"
+                        "for --cpu uses where that differs), and exit")
     p.add_argument("--dump-dir", help="write every stage's output, numbered, into this folder")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every MLIR pass (stderr)")
     p.add_argument("--cpu", default="native",
@@ -87,9 +89,14 @@ def compile_main(argv: list[str]) -> int:
     from . import pipeline
     parser = _compile_parser()
     args = parser.parse_args(argv)
-    if args.list_passes:
+    from ..runtime.cpu import CPU_LEVELS, target_flags
+    if args.cpu != "native" and args.cpu not in CPU_LEVELS:
+        print(f"kinac: error: unknown --cpu {args.cpu!r}: use 'native' or one of {', '.join(CPU_LEVELS)} "
+              "(a .so for another CPU could not be checked when it is loaded)", file=sys.stderr)
+        return 1
+    if args.list_passes:  # the defaults, and what a build for --cpu (this machine's, by default) changes
         from ..ir.passes import table
-        sys.stdout.write(table())
+        sys.stdout.write(table(target_flags(args.cpu)))
         return 0
     if not args.file:
         parser.error("the .kina source file is required")
@@ -99,11 +106,6 @@ def compile_main(argv: list[str]) -> int:
         source = read_bytes(src, "the source")
     except FileError as e:
         print(f"kinac: error: cannot read {e}", file=sys.stderr)
-        return 1
-    from ..runtime.cpu import CPU_LEVELS
-    if args.cpu != "native" and args.cpu not in CPU_LEVELS:
-        print(f"kinac: error: unknown --cpu {args.cpu!r}: use 'native' or one of {', '.join(CPU_LEVELS)} "
-              "(a .so for another CPU could not be checked when it is loaded)", file=sys.stderr)
         return 1
     try:
         dtypes = _assignments("--dtype", args.dtype, str)

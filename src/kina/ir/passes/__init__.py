@@ -9,7 +9,8 @@ dataclass fields with defaults and doc), whether it is an optimisation, and a
 docstring that shows a small IR before and after; most are built from the
 bindings' rewrite patterns (`mlir.rewrite`). The upstream steps are `mlir-opt`
 pipelines (`UpstreamPass`). Both run through MLIR's PassManager. `kinac
---list-passes` prints this table with each pass's options; `kinac FILE --emit=NAME`
+--list-passes` prints this table with each pass's options (and the values a build for
+`--cpu` runs with, where `for_target` changes them); `kinac FILE --emit=NAME`
 stops after any pass, `--dump-dir` writes the IR after each, `--print-ir-after-all`
 prints it, and `kinac opt FILE.mlir --passes 'NAME{opt=value},...'` runs any of them
 on MLIR text.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, parse_pipeline, source_loc
+from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, _show, parse_pipeline, source_loc
 from .abi import Abi
 from .broadcast_loops import BroadcastLoops
 from .copies_to_linalg import CopiesToLinalg
@@ -105,8 +106,11 @@ def parse(text: str) -> list[Pass]:
     return parse_pipeline(text, BY_NAME)
 
 
-def table() -> str:
-    """The pass table as `kinac --list-passes` prints it: one row per pass, then its options."""
+def table(flags=("avx512f",)) -> str:
+    """The pass table as `kinac --list-passes` prints it: one row per pass, then its options
+    with their defaults; an option that a build for a target with the ISA extensions `flags`
+    runs with another value (`for_target`) says so, as `[this target: 64]`."""
+    target = for_target(flags)
     width = max(len(p.name) for p in PASSES)
     lines = [f"{'pass':<{width}}  {'kind':<8}  {'-O0':<4}  what it does"]
     for p in PASSES:
@@ -115,7 +119,9 @@ def table() -> str:
         if p.kind == "upstream":
             lines.append(f"{indent}mlir-opt: {p.pipeline}")
         for o in p.options():
-            lines.append(f"{indent}{o.shown}: {o.doc} ({o.expected})")
+            used = getattr(target[p.name], o.field)
+            note = f" [this target: {_show(used)}]" if used != o.default else ""
+            lines.append(f"{indent}{o.shown}: {o.doc} ({o.expected}){note}")
     lines.append("")
     lines.append("Options go in braces, as in mlir-opt: kinac opt FILE.mlir --passes 'matmul-loops{unroll=4},sum-loops'")
     return "\n".join(lines) + "\n"
