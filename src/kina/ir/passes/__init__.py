@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, _show, parse_pipeline, source_loc
+from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, show_value, parse_pipeline, source_loc
 from .abi import Abi
 from .broadcast_loops import BroadcastLoops
 from .copies_to_linalg import CopiesToLinalg
@@ -120,7 +120,7 @@ def table(flags=("avx512f",)) -> str:
             lines.append(f"{indent}mlir-opt: {p.pipeline}")
         for o in p.options():
             used = getattr(target[p.name], o.field)
-            note = f" [this target: {_show(used)}]" if used != o.default else ""
+            note = f" [this target: {show_value(used)}]" if used != o.default else ""
             lines.append(f"{indent}{o.shown}: {o.doc} ({o.expected}){note}")
     lines.append("")
     lines.append("Options go in braces, as in mlir-opt: kinac opt FILE.mlir --passes 'matmul-loops{unroll=4},sum-loops'")

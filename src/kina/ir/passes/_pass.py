@@ -66,7 +66,7 @@ class Option:
     @property
     def shown(self) -> str:
         """`name=default` as --list-passes prints it and --passes takes it."""
-        return f"{self.name}={_show(self.default)}"
+        return f"{self.name}={show_value(self.default)}"
 
 
 def _expected(o: dataclasses.Field, kind: type) -> str:
@@ -117,7 +117,7 @@ class KinaPass:
     @property
     def spec(self) -> str:
         """This pass as `--passes` takes it: its name, and the options that differ from the defaults."""
-        changed = [f"{o.name}={_show(getattr(self, o.field))}" for o in self.options()
+        changed = [f"{o.name}={show_value(getattr(self, o.field))}" for o in self.options()
                    if getattr(self, o.field) != o.default]
         return self.name + ("{" + " ".join(changed) + "}" if changed else "")
 
@@ -187,7 +187,7 @@ class UpstreamPass:
             pm.run(module.operation)
 
 
-def _show(value) -> str:
+def show_value(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
