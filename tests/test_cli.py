@@ -261,7 +261,7 @@ def test_dump_dir_writes_every_stage_numbered(capsys, example, tmp_path):
 
 def test_dump_dir_at_O0_has_no_file_for_a_skipped_pass(capsys, example, tmp_path):
     from kina.ir.passes import PASSES
-    rc, _, _ = main(capsys, example, "-O0", "--emit", "to-llvm", "--dump-dir", tmp_path / "dump")
+    rc, _, _ = main(capsys, example, "-O0", "--emit", PASSES[-1].name, "--dump-dir", tmp_path / "dump")
     assert rc == 0
     written = {p.name.split("-", 1)[1].rsplit(".", 1)[0] for p in (tmp_path / "dump").iterdir()}
     assert written == {"ast", "typed", "mlir"} | {p.name for p in PASSES if not p.optimisation}
@@ -275,7 +275,7 @@ def test_dump_dir_stops_at_emit(capsys, example, tmp_path):
 
 def test_print_ir_after_all(example):
     from kina.ir.passes import PASSES
-    proc = kinac(example, "--emit", "to-llvm", "--print-ir-after-all")
+    proc = kinac(example, "--emit", PASSES[-1].name, "--print-ir-after-all")
     assert proc.returncode == 0
     assert "llvm.func @kina_kv_step" in proc.stdout
     for p in PASSES:  # Kina's passes are printed as upstream ones are

@@ -232,3 +232,22 @@ def test_closing_a_module_stops_its_team():
     team = next(iter(m._teams.values()))
     run_with_timeout(m.close, 60)
     assert not team._threads and not m._teams
+
+
+def test_a_function_of_many_parameters_runs_on_the_team_with_the_same_bits():
+    """The team calls every threaded entry through its kina_<f>_team (team-entries), so
+    arity is no limit: 60 parameters, each added in order, on 1, 2 and 3 threads."""
+    n = 60
+    params = ", ".join(f"a{i}: tensor<F32, [64, 1024], @host>" for i in range(n))
+    body = " + ".join(f"a{i}" for i in range(n))
+    m = kina.compile_source(f"let f = fn({params}) -> (tensor<F32, [64, 1024], @host>) {{\n  ({body})\n}}\n", "many.kina")
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal((64, 1024)).astype(np.float32) for _ in range(n)]
+    want = args[0]
+    for a in args[1:]:
+        want = want + a
+    assert m.f.threaded and m.f._team_entry is not None
+    for threads in (1, 2, 3):
+        assert np.array_equal(threaded_results(m.f, args, threads)[0], want), threads
+    assert set(m._teams) == {1, 2}  # the 2- and 3-thread calls ran on the team's workers
+    m.close()

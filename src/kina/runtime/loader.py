@@ -348,9 +348,11 @@ class Function:
     def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0, threaded=None):
         self._module, self.signature, self._cfunc = module, sig, cfunc
         self.independent_axes = independent_axes
-        # (entry, workspace sizing, counters' size or None) of the threaded entry (kina.ir.passes.threads), or None
+        # (entry, workspace sizing, counters' size or None, team entry or None) of the threaded entry
+        # (kina.ir.passes.threads; the team entry from team-entries), or None
         self.threaded = threaded is not None
-        self._threaded, self._workspace_bytes, counters = threaded or (None, None, None)
+        self._threaded, self._workspace_bytes, counters, team_entry = threaded or (None, None, None, None)
+        self._team_entry = ctypes.cast(team_entry, ctypes.c_void_p) if team_entry is not None else None
         self._workspaces = threading.local()  # one workspace per calling thread
         self.__name__ = sig.name
         self._plan = CheckPlan(sig)
@@ -451,14 +453,15 @@ class Function:
         (whatever its size)."""
         return PreparedCall(self, arrays, outs, dims, _check_threads(self.__name__, threads))
 
-    def _run_threaded(self, pointers: list[int], threads: int, workspace: "Workspace") -> None:
+    def _run_threaded(self, pointers: list[int], threads: int, workspace: "Workspace", args=None) -> None:
         """The threaded entry on `threads` threads (this one and workers), each with its id,
-        sharing `workspace`, grown first to the bytes this call's sizes need."""
+        sharing `workspace`, grown first to the bytes this call's sizes need; `args`, if
+        given, is `pointers` as the ctypes array the team entry takes (a prepared call's)."""
         descriptor = workspace.fit(self._workspace_bytes(*pointers), self._counter_bytes)
-        if len(pointers) <= TEAM_MAX_ARGS:
-            team = self._module.team(threads - 1)
-            args = (ctypes.c_void_p * len(pointers))(*pointers)
-            if team.run(ctypes.cast(self._threaded, ctypes.c_void_p), args, len(pointers), threads, descriptor):
+        if self._team_entry is not None:
+            if args is None:
+                args = (ctypes.c_void_p * len(pointers))(*pointers)
+            if self._module.team(threads - 1).run(self._team_entry, args, threads, descriptor):
                 return
         workers.run_concurrently(self._threaded, [[*pointers, t, threads, descriptor] for t in range(threads)])
 
@@ -503,7 +506,6 @@ class Function:
 # to the workers costs more than the split saves); a prepared call with `threads` > 1
 # always runs on them.
 THREADED_MIN_BYTES = 1 << 20
-TEAM_MAX_ARGS = 48  # kina_threads.c's KINA_TEAM_MAX_ARGS: a function with more goes through workers
 
 
 class Workspace:
@@ -643,6 +645,7 @@ class PreparedCall:
         self.words = np.frombuffer(self._raw, np.int64)  # a read-only view: patches go through the setters
         self.words.flags.writeable = False
         self._pointers = fn._pointers(self._raw)
+        self._args = (ctypes.c_void_p * len(self._pointers))(*self._pointers)  # as the team entry takes them
         self._check()
 
     def _where(self, name: str) -> int:
@@ -753,7 +756,7 @@ class PreparedCall:
         if self._stale:
             self._check()
         if self.threads > 1 and self._fn.threaded:
-            self._fn._run_threaded(self._pointers, self.threads, self._workspace)
+            self._fn._run_threaded(self._pointers, self.threads, self._workspace, self._args)
         else:
             self._fn._cfunc(*self._pointers)
 
@@ -783,7 +786,9 @@ class Module:
                     threaded = (getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_threaded"),
                                 getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_workspace"),
                                 # an older .so has no counters function: all its workspace is zeroed
-                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_counters", None))
+                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_counters", None),
+                                # without a team entry (an older .so), each call starts its threads
+                                getattr(self._lib, f"kina_{sig.name}_team", None))
                 except AttributeError:
                     raise LoadError(f"{path}: sidecar says function '{sig.name}' is threaded but the .so has no "
                                     f"threaded entry for it") from None

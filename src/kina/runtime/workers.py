@@ -199,8 +199,7 @@ class Team:
         self._state = ctypes.create_string_buffer(256)  # a kina_team, zeroed
         self._busy = threading.Lock()
         lib.kina_team_run.restype = lib.kina_team_stop.restype = lib.kina_team_work.restype = None
-        lib.kina_team_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        lib.kina_team_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
         lib.kina_team_work.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         lib.kina_team_stop.argtypes = [ctypes.c_void_p]
         allowed = sorted(cpus() or [])
@@ -218,10 +217,11 @@ class Team:
             _set_cpus({cpu})
         self._lib.kina_team_work(self._state, tid)
 
-    def run(self, fn, args, nargs: int, nthreads: int, workspace: int) -> bool:
-        """fn(args..., tid, nthreads, workspace) on this thread (tid 0) and every worker
-        (tid 1, 2, ...; those >= nthreads return at once); False, having run nothing, when
-        another call holds the team."""
+    def run(self, fn, args, nthreads: int, workspace: int) -> bool:
+        """fn(args, tid, nthreads, workspace) on this thread (tid 0) and every worker (tid
+        1, 2, ...; those >= nthreads return at once): `fn` a team entry (kina_<f>_team, from
+        the team-entries pass), `args` its array of descriptor pointers; False, having run
+        nothing, when another call holds the team."""
         if not self._busy.acquire(blocking=False):
             return False
         mine = keep = None
@@ -230,7 +230,7 @@ class Team:
             keep = mine - set(self._cpus) if mine else None
             if keep and keep != mine:
                 _set_cpus(keep)
-            self._lib.kina_team_run(self._state, fn, args, nargs, nthreads, workspace)
+            self._lib.kina_team_run(self._state, fn, args, nthreads, workspace)
         finally:
             if keep and keep != mine:
                 _set_cpus(mine)

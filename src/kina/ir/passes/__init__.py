@@ -37,6 +37,7 @@ from .matmul_loops import MatmulLoops
 from .reuse_dying_operands import ReuseDyingOperands
 from .split_k import SplitK
 from .sum_loops import SumLoops
+from .team_entries import TeamEntries
 from .threads import Threads
 from .transposed_views import TransposedViews
 
@@ -68,6 +69,7 @@ PASSES: tuple[Pass, ...] = (
         "convert-linalg-to-loops", "expand-strided-metadata", "lower-affine", "convert-scf-to-cf",
         "convert-vector-to-llvm", "convert-math-to-llvm", "convert-arith-to-llvm", "convert-index-to-llvm",
         "finalize-memref-to-llvm", "convert-func-to-llvm", "convert-cf-to-llvm", "reconcile-unrealized-casts"])),
+    TeamEntries(),
 )
 BY_NAME = {p.name: p for p in PASSES}
 

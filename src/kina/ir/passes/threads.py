@@ -78,7 +78,9 @@ In:  after bufferization and copies-to-linalg, before the loop passes (matmul-lo
 sum-loops), which then lower the split ops on their subviews.
 Out: the same module, plus `<f>_threaded`, `<f>_workspace` and `<f>_counters` per function and the
 declarations of `kina_claim`, `kina_done` and `kina_wait` (with copy=false, each
-function that got an entry is a call of it on one thread).
+function that got an entry is a call of it on one thread). After to-llvm, team-entries
+gives each entry a form that takes its descriptor pointers as one array, the one the
+runtime's team of threads calls.
 """
 from __future__ import annotations
 
