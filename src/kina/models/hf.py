@@ -38,6 +38,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import files, runtime
+from ..runtime import arena
 from .common import kina_dtype
 from .storylm import ROPE_TYPES, StoryLM, tensor_dtype, weight_dtype_of, weight_layout
 
@@ -259,6 +260,8 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
                                   f"(config.json: {options['n_layers']} layers, "
                                   f"{'with' if options['qkv_bias'] else 'no'} q/k/v biases)")
     weights = {}
+    block = arena.arrays({name: (shape[::-1] if transposed else shape, tensor_dtype(shape, dt, wdt))
+                          for name, shape, transposed in wanted.values()})
     for hf, (name, shape, transposed) in wanted.items():
         if hf not in tensors:
             where = folder / ("model.safetensors.index.json" if (folder / "model.safetensors.index.json").is_file()
@@ -268,7 +271,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
         if a.shape != shape:
             raise CheckpointError(f"{path}: tensor {hf!r} has shape {list(a.shape)}, expected {list(shape)} "
                                   f"(from config.json)")
-        out = runtime.empty(shape[::-1] if transposed else shape, tensor_dtype(shape, dt, wdt))
+        out = block[name]
         with np.errstate(over="ignore"):
             out[...] = a.T if transposed else a  # converted element by element, no temporary copy
         if not allow_nonfinite:

@@ -72,6 +72,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .. import files, runtime
+from ..runtime import arena
 from ..runtime.pool import data_pointer
 from .common import KERNELS, KINA_DTYPES, Decoder, causal_mask, count, kina_dtype
 
@@ -167,7 +168,7 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
 def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[str, ...]],
                   sizes: Mapping[str, int], dtype: np.dtype, copy: bool = True,
                   allow_nonfinite: bool = False, weight_dtype: np.dtype | None = None) -> dict[str, np.ndarray]:
-    """64-byte-aligned copies of `weights`, once each is exactly as `layout` (at `sizes`)
+    """64-byte-aligned copies of `weights` (in one block of huge pages: kina.runtime.arena), once each is exactly as `layout` (at `sizes`)
     and `dtype` say (`tensor_dtype`: the matrices `weight_dtype`, when given); a missing,
     unexpected or wrong tensor is an error naming it, and so
     is one holding NaN or infinity unless `allow_nonfinite`. With `copy=False` (for
@@ -185,7 +186,6 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
     if extra:
         raise ValueError(f"weights: unexpected tensor {extra[0]!r}: not a StoryLM weight of these sizes "
                          f"(kina.models.storylm.weight_layout lists them)")
-    out = {}
     for name, dims in layout.items():
         a = weights[name]
         if not isinstance(a, np.ndarray):
@@ -202,12 +202,12 @@ def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[
             raise ValueError(f"weights: tensor {name!r} holds NaN or infinity ({int(bad.sum())} of {a.size} values, "
                              f"the first at index {[int(i) for i in np.argwhere(bad)[0]]}); pass "
                              "allow_nonfinite=True to load it anyway")
-        if not copy and a.flags.c_contiguous and data_pointer(a) % runtime.ALIGN == 0:
-            out[name] = a
-            continue
-        out[name] = runtime.empty(a.shape, a.dtype)
-        out[name][...] = a
-    return out
+    kept = {name: weights[name] for name in layout if not copy and weights[name].flags.c_contiguous
+            and data_pointer(weights[name]) % runtime.ALIGN == 0}
+    copies = arena.arrays({name: (weights[name].shape, weights[name].dtype) for name in layout if name not in kept})
+    for name, a in copies.items():
+        a[...] = weights[name]
+    return {name: kept[name] if name in kept else copies[name] for name in layout}
 
 
 def tensor_dtype(dims: Sequence, dtype: np.dtype, weight_dtype: np.dtype | None) -> np.dtype:
@@ -386,7 +386,7 @@ class StoryLM(Decoder):
             return a.reshape(shapes[name]) if name in shapes else a
         self._layers = [[arg(f"layers.{i}.", n) for n in _LAYER_WEIGHTS] for i in range(self.n_layers)]
         if self.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row
-            self._head = runtime.empty((D, self.vocab_size), self.weight_dtype)
+            self._head = arena.arrays({"head": ((D, self.vocab_size), self.weight_dtype)})["head"]
             self._head[...] = w["embed"].T
             w["embed"] = self._head.T
         else:

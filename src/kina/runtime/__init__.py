@@ -3,6 +3,7 @@
     loader.py   load, Module, Function, argument binding and checks, split calls
     pool.py     recycled result memory              workers.py  the threads of a split call
     cpu.py      the CPU a .so needs and the one it runs on
+    arena.py    a model's weights in one block of huge pages
 
 Guarantees: nothing in this package imports `mlir` or `lark` (a test blocks both and
 imports it): a .so with its sidecar needs only NumPy, ml_dtypes and ctypes.
