@@ -168,10 +168,11 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
 def check_weights(weights: Mapping[str, np.ndarray], layout: Mapping[str, tuple[str, ...]],
                   sizes: Mapping[str, int], dtype: np.dtype, copy: bool = True,
                   allow_nonfinite: bool = False, weight_dtype: np.dtype | None = None) -> dict[str, np.ndarray]:
-    """64-byte-aligned copies of `weights` (in one block of huge pages: kina.runtime.arena), once each is exactly as `layout` (at `sizes`)
-    and `dtype` say (`tensor_dtype`: the matrices `weight_dtype`, when given); a missing,
-    unexpected or wrong tensor is an error naming it, and so
-    is one holding NaN or infinity unless `allow_nonfinite`. With `copy=False` (for
+    """64-byte-aligned copies of `weights` (views of one block of huge pages:
+    kina.runtime.arena), once each is exactly as `layout` (at `sizes`) and `dtype` say
+    (`tensor_dtype`: the matrices `weight_dtype`, when given); a missing, unexpected or
+    wrong tensor is an error naming it, and so is one holding NaN or infinity unless
+    `allow_nonfinite`. With `copy=False` (for
     arrays the caller made and gives up) an array that is already C-contiguous and
     aligned is kept as it is."""
     def expected(name):
@@ -385,9 +386,12 @@ class StoryLM(Decoder):
                 return zeros[name]
             return a.reshape(shapes[name]) if name in shapes else a
         self._layers = [[arg(f"layers.{i}.", n) for n in _LAYER_WEIGHTS] for i in range(self.n_layers)]
-        if self.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row
-            self._head = arena.arrays({"head": ((D, self.vocab_size), self.weight_dtype)})["head"]
-            self._head[...] = w["embed"].T
+        if self.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row.
+            # It is rewritten in the table's own memory (the model's copy, C-contiguous and aligned:
+            # check_weights), whose block would otherwise keep a dead [V, D] slot for the model's life.
+            table = w["embed"]
+            self._head = table.reshape(-1).reshape(D, self.vocab_size)
+            self._head[...] = table.T.copy()
             w["embed"] = self._head.T
         else:
             self._head = w["head"]
