@@ -404,14 +404,14 @@ def test_prepared_step_calls_never_write_past_the_cache():
     cache, damaged = guarded_cache(m)
     m.prefill(PROMPT, cache)
     m.step(3, cache)
-    steps, x, cos, sin, logits = cache._calls
+    runs, x, cos, sin, logits = cache._calls
     for _ in range(3):
         for direction in (cache._cur, 1 - cache._cur):
-            for call in steps[direction]:
+            for call in runs[direction].calls:  # each layer's, then the head's
                 call()
-        logits()
+            runs[direction]()  # the same calls in one entry from the host
     assert damaged() == []
-    call = steps[cache._cur][0]
+    call = runs[cache._cur].calls[0]
     assert call.dim_range("S") == range(m.max_seq_len)  # S + 1 <= max_seq_len
     with pytest.raises(ValueError, match=r"set_dim: S = 12 is outside 0 \.\. 11"):
         call.set_dim("S", m.max_seq_len)
@@ -424,10 +424,11 @@ SCENARIO = """
 from kina.models import StoryLM
 m = StoryLM(vocab_size=96, d_model=64, n_heads=1, n_layers=2, ffn_dim=88, max_seq_len=256)
 c = m.new_cache(); m.prefill(list(range(1, 65)), c); m.step(3, c)
-steps, x, cos, sin, logits = c._calls
+runs, x, cos, sin, logits = c._calls
 for _ in range(50):
-    steps[c._cur][0]()
+    runs[c._cur].calls[0]()
     logits()
+    runs[c._cur]()
 print("done")
 """
 

@@ -29,16 +29,32 @@ llvm.func @_mlir_ciface_kina_g_threaded(%x: !llvm.ptr, %tid: i64, %n: i64, %ws: 
   llvm.return
 }
 
-// Left alone: a C interface that is not a threaded entry, an entry whose team entry
-// exists already, and one whose parameters are not the threads pass's.
-// CHECK-NOT:   llvm.func @kina_h_team
+// A function's own C interface (descriptor pointers only) gets kina_<f>_packed(args),
+// the same loads and a call with them alone.
+// CHECK-LABEL: llvm.func @_mlir_ciface_kina_h(
+// CHECK:       llvm.func @kina_h_packed(%[[HA:.+]]: !llvm.ptr) {
+// CHECK-NEXT:    %[[H0:.+]] = llvm.load %[[HA]] : !llvm.ptr -> !llvm.ptr
+// CHECK-NEXT:    %[[HP:.+]] = llvm.getelementptr %[[HA]][1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
+// CHECK-NEXT:    %[[H1:.+]] = llvm.load %[[HP]] : !llvm.ptr -> !llvm.ptr
+// CHECK-NEXT:    llvm.call @_mlir_ciface_kina_h(%[[H0]], %[[H1]]) : (!llvm.ptr, !llvm.ptr) -> ()
+// CHECK-NEXT:    llvm.return
+// CHECK-NEXT:  }
+llvm.func @_mlir_ciface_kina_h(%x: !llvm.ptr, %out0: !llvm.ptr) {
+  llvm.return
+}
+
+// Left alone: an entry whose team entry exists already, one whose parameters are not
+// the threads pass's, the threads pass's sizing functions (they return a size), a
+// function of a non-pointer parameter, and a C interface not of a Kina function.
 // CHECK:       llvm.func @kina_k_team(%{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr) {
 // CHECK-NEXT:    llvm.return
 // CHECK-NOT:   llvm.func @kina_k_team
 // CHECK-NOT:   llvm.func @kina_odd_team
-llvm.func @_mlir_ciface_kina_h(%x: !llvm.ptr, %out0: !llvm.ptr) {
-  llvm.return
-}
+// CHECK-NOT:   llvm.func @kina_k_workspace_packed
+// CHECK-NOT:   llvm.func @kina_k_counters_packed
+// CHECK-NOT:   llvm.func @kina_scalar_packed
+// CHECK-NOT:   llvm.func @other_packed
+// CHECK-NOT:   _packed
 llvm.func @_mlir_ciface_kina_k_threaded(%x: !llvm.ptr, %tid: i64, %n: i64, %ws: !llvm.ptr) {
   llvm.return
 }
@@ -46,5 +62,19 @@ llvm.func @kina_k_team(%args: !llvm.ptr, %tid: i64, %n: i64, %ws: !llvm.ptr) {
   llvm.return
 }
 llvm.func @_mlir_ciface_kina_odd_threaded(%x: !llvm.ptr, %tid: i32, %n: i64, %ws: !llvm.ptr) {
+  llvm.return
+}
+llvm.func @_mlir_ciface_kina_k_workspace(%x: !llvm.ptr) -> i64 {
+  %0 = llvm.mlir.constant(256 : i64) : i64
+  llvm.return %0 : i64
+}
+llvm.func @_mlir_ciface_kina_k_counters() -> i64 {
+  %0 = llvm.mlir.constant(128 : i64) : i64
+  llvm.return %0 : i64
+}
+llvm.func @_mlir_ciface_kina_scalar(%x: i64) {
+  llvm.return
+}
+llvm.func @_mlir_ciface_other(%x: !llvm.ptr) {
   llvm.return
 }

@@ -467,27 +467,27 @@ class StoryLM(Decoder):
     def _decode(self, token: int, cache: StoryCache) -> np.ndarray:
         """One token through every layer's decoder_step on the cache's prepared calls:
         the embedding row and the rotary rows are copied into fixed buffers, and each
-        call's descriptors change only in the four cache sizes."""
+        call's descriptors change only in the four cache sizes; the layers and the head
+        run as one CallSequence (no Python between them)."""
         if cache._calls is None:
             cache._calls = self._prepare_calls(cache)
-        steps, x, cos, sin, logits = cache._calls
-        S, threads = cache.n_filled, self._threads()
+        runs, x, cos, sin, logits = cache._calls
+        S, run = cache.n_filled, runs[cache._cur]
         x[0, 0] = self._embed[token]
         cos[0], sin[0] = self._cos[S], self._sin[S]
-        for call in steps[cache._cur]:
+        for call in run.calls[:-1]:
             call.set_dim("S", S)  # k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
-            call.threads = threads  # each call all threads: the step's ops split between them
-            call()
+        run.threads = self._threads()  # each call all threads: the step's ops split between them
+        run()  # the layers, then the head, in one entry from here
         cache._advance(1)
-        logits.threads = threads
-        logits()
         return logits.out[0, 0].copy()
 
     def _prepare_calls(self, cache: StoryCache):
         """decoder_step per layer and per direction (buffer 0 -> 1 and 1 -> 0), chained by
         fixed activations x_0 .. x_L, and the head on x_L. Each is prepared on whole
         buffers, which bound S to max_seq_len - 1 (k_next holds S+1 positions); `_decode`
-        sets S before every call."""
+        sets S before every call. Per direction, the L layers' calls and the head's as one
+        CallSequence."""
         D, R, dt, L = self.d_model, self.head_dim // 2, self.dtype, self.n_layers
         xs = [runtime.empty((1, 1, D), dt) for _ in range(L + 1)]
         cos, sin = runtime.empty((1, 1, 1, 1, R), dt), runtime.empty((1, 1, 1, 1, R), dt)
@@ -499,7 +499,7 @@ class StoryLM(Decoder):
         out = runtime.empty((1, 1, self.vocab_size), dt)
         logits = self._head_kernel.prepare([xs[L], self._norm, self._head, self._eps], [out])
         logits.out = out
-        return steps, xs[0], cos, sin, logits
+        return [runtime.CallSequence([*s, logits]) for s in steps], xs[0], cos, sin, logits
 
     def _check_cache(self, cache, n_new: int) -> None:
         if not isinstance(cache, StoryCache) or cache.model is not self:

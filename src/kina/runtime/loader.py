@@ -345,8 +345,11 @@ class Function:
     axes (`kina.frontend.axes`: batch and heads, for attention): the kernel is called on
     parts along one of them, with bit-identical results for any thread count."""
 
-    def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0, threaded=None):
+    def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0, threaded=None,
+                 packed=None):
         self._module, self.signature, self._cfunc = module, sig, cfunc
+        # kina_<f>_packed(args) (team-entries), the body taking its descriptor pointers as one array, or None
+        self._packed = ctypes.cast(packed, ctypes.c_void_p).value if packed is not None else None
         self.independent_axes = independent_axes
         # (entry, workspace sizing, counters' size or None, team entry or None) of the threaded entry
         # (kina.ir.passes.threads; the team entry from team-entries), or None
@@ -516,17 +519,27 @@ class Workspace:
     def __init__(self):
         self._buffer, self._words, self.capacity = None, array.array("q", [0] * 5), 0
 
+    @property
+    def descriptor(self) -> int:
+        """A pointer to its memref<?xi8> descriptor (the same one for its life: growing rewrites it)."""
+        return self._words.buffer_info()[0]
+
+    def reserve(self, nbytes: int) -> bool:
+        """At least `nbytes` bytes, zeroed if new; True if it grew."""
+        if nbytes <= self.capacity:
+            return False
+        self.capacity = max(int(nbytes), 2 * self.capacity)
+        self._buffer = zeros(self.capacity, np.uint8)
+        p = data_pointer(self._buffer)
+        self._words[:] = array.array("q", [p, p, 0, self.capacity, 1])
+        return True
+
     def fit(self, nbytes: int, zeroed: int | None = None) -> int:
         """A pointer to the memref<?xi8> descriptor of at least `nbytes` bytes, whose first
         `zeroed` (the task counters; None: all `nbytes`) are zero."""
-        if nbytes > self.capacity:
-            self.capacity = max(int(nbytes), 2 * self.capacity)
-            self._buffer = zeros(self.capacity, np.uint8)
-            p = data_pointer(self._buffer)
-            self._words[:] = array.array("q", [p, p, 0, self.capacity, 1])
-        else:
+        if not self.reserve(nbytes):
             ctypes.memset(self._words[1], 0, nbytes if zeroed is None else min(zeroed, nbytes))
-        return self._words.buffer_info()[0]
+        return self.descriptor
 
 
 def call_concurrently(calls: list["PreparedCall"]) -> None:
@@ -755,10 +768,81 @@ class PreparedCall:
             raise ValueError(f"{self._fn.__name__}(): the module {self._fn._module.path.name} is closed")
         if self._stale:
             self._check()
-        if self.threads > 1 and self._fn.threaded:
-            self._fn._run_threaded(self._pointers, self.threads, self._workspace, self._args)
+        self._run(self.threads)
+
+    def _run(self, threads: int) -> None:
+        if threads > 1 and self._fn.threaded:
+            self._fn._run_threaded(self._pointers, threads, self._workspace, self._args)
         else:
             self._fn._cfunc(*self._pointers)
+
+
+class CallSequence:
+    """Prepared calls of one module run in order, in one entry from the host:
+
+        steps = CallSequence([layer_0, layer_1, ..., head])   # PreparedCalls
+        steps.threads = 2
+        steps()                                                # as each call in turn
+
+    Each call runs as calling it alone runs it (its descriptors checked if patched,
+    its workspace grown to what its sizes need), with the same bits; but the calls
+    themselves are made from C (kina_threads.c's kina_run_sequence), one after the
+    other, so the host's interpreter does not run between them. That matters when the
+    calls stream more than the caches hold: a SmolLM-shape decode layer reads 14 MB
+    of weights, after which each line of Python between two layers missed the
+    caches, and the host's part of a 2-thread layer call was about 80 us (of 1 ms) on
+    the Zen 1 VM. `threads` applies to every call (each on that many threads if it has
+    a threaded entry, as PreparedCall.threads; default 1). Where the module cannot
+    (built without kinac's passes, or a function without kina_<f>_packed), or the
+    team is busy with another call, the calls are made one by one from here instead.
+    The calls keep their own state: patch them (set_dim, ...) between runs."""
+
+    def __init__(self, calls, threads: int = 1):
+        calls = list(calls)
+        if not calls:
+            raise ValueError("CallSequence: calls must hold at least one PreparedCall, got none")
+        for i, c in enumerate(calls):
+            if not isinstance(c, PreparedCall):
+                raise TypeError(f"CallSequence: calls[{i}] must be a PreparedCall (Function.prepare), "
+                                f"got {type(c).__name__}")
+        module = calls[0]._fn._module
+        for i, c in enumerate(calls):
+            if c._fn._module is not module:
+                raise ValueError(f"CallSequence: calls[{i}] is of {c._fn._module.path.name}, calls[0] of "
+                                 f"{module.path.name}: every call must be of one module")
+        self.calls, self._module, self.threads = calls, module, _check_threads("CallSequence", threads)
+        n = len(calls)
+        self._native = (all(c._fn._packed is not None for c in calls)
+                        and hasattr(module._lib, "kina_run_sequence"))
+        if self._native:  # the arrays kina_run_sequence reads, fixed for the calls' life
+            team = [c._fn._team_entry.value if c._fn._team_entry is not None and c._fn._counter_bytes is not None
+                    else None for c in calls]
+            self._packed = (ctypes.c_void_p * n)(*[c._fn._packed for c in calls])
+            self._team = (ctypes.c_void_p * n)(*team)
+            self._args = (ctypes.c_void_p * n)(*[ctypes.addressof(c._args) for c in calls])
+            self._ws = (ctypes.c_void_p * n)(*[c._workspace.descriptor for c in calls])
+            self._zero = (ctypes.c_int64 * n)(*[c._fn._counter_bytes or 0 for c in calls])
+
+    def __call__(self) -> None:
+        module, threads = self._module, _check_threads("CallSequence", self.threads)
+        if module.closed:
+            raise ValueError(f"CallSequence: the module {module.path.name} is closed")
+        for c in self.calls:
+            if c._stale:
+                c._check()
+        if self._native:
+            if threads == 1:
+                module._lib.kina_run_sequence(None, len(self.calls), self._packed, self._team, self._args, self._ws,
+                                              self._zero, 1)
+                return
+            for c in self.calls:
+                if c._fn._team_entry is not None:
+                    c._workspace.reserve(c._fn._workspace_bytes(*c._pointers))
+            if module.team(threads - 1).run_sequence(len(self.calls), self._packed, self._team, self._args,
+                                                     self._ws, self._zero, threads):
+                return
+        for c in self.calls:
+            c._run(threads)
 
 
 class Module:
@@ -792,7 +876,9 @@ class Module:
                 except AttributeError:
                     raise LoadError(f"{path}: sidecar says function '{sig.name}' is threaded but the .so has no "
                                     f"threaded entry for it") from None
-            self.functions[sig.name] = Function(self, sig, cfunc, obj.get("independent_axes", 0), threaded)
+            self.functions[sig.name] = Function(self, sig, cfunc, obj.get("independent_axes", 0), threaded,
+                                                # an older .so, or one built without team-entries, has none
+                                                getattr(self._lib, f"kina_{sig.name}_packed", None))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ", ".join(self.functions)
@@ -861,4 +947,4 @@ def load(path: str | Path) -> Module:
     return Module(path, sidecar)
 
 
-__all__ = ["Module", "Function", "LoadError", "load", "Dim", "TensorType"]
+__all__ = ["Module", "Function", "CallSequence", "LoadError", "load", "Dim", "TensorType"]

@@ -202,6 +202,9 @@ class Team:
         lib.kina_team_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
         lib.kina_team_work.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         lib.kina_team_stop.argtypes = [ctypes.c_void_p]
+        if hasattr(lib, "kina_run_sequence"):  # an older .so has none
+            lib.kina_run_sequence.restype = None
+            lib.kina_run_sequence.argtypes = [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64]
         allowed = sorted(cpus() or [])
         here = _sched_getcpu() if _sched_getcpu is not None else None
         others = [c for c in allowed if c != here] or allowed
@@ -222,6 +225,18 @@ class Team:
         1, 2, ...; those >= nthreads return at once): `fn` a team entry (kina_<f>_team, from
         the team-entries pass), `args` its array of descriptor pointers; False, having run
         nothing, when another call holds the team."""
+        return self._bound(lambda: self._lib.kina_team_run(self._state, fn, args, nthreads, workspace))
+
+    def run_sequence(self, n: int, packed, team, args, workspaces, zero, nthreads: int) -> bool:
+        """kina_run_sequence (kina_threads.c) on this team: `n` calls in order in one entry
+        from the host, each through its team entry on `nthreads` threads; False, having
+        run nothing, when another call holds the team."""
+        return self._bound(lambda: self._lib.kina_run_sequence(self._state, n, packed, team, args, workspaces, zero,
+                                                               nthreads))
+
+    def _bound(self, run) -> bool:
+        """run() holding the team, with this thread bound off the workers' cores (and given
+        its own binding back after); False, having run nothing, if another call holds it."""
         if not self._busy.acquire(blocking=False):
             return False
         mine = keep = None
@@ -230,7 +245,7 @@ class Team:
             keep = mine - set(self._cpus) if mine else None
             if keep and keep != mine:
                 _set_cpus(keep)
-            self._lib.kina_team_run(self._state, fn, args, nthreads, workspace)
+            run()
         finally:
             if keep and keep != mine:
                 _set_cpus(mine)

@@ -1,0 +1,148 @@
+"""CallSequence: prepared calls of one module run in order in one entry from the host.
+
+A chain of calls, each reading the one before's result, gives the bits of the same
+calls made one by one, on 1, 2 and 3 threads, with a function that has no threaded
+entry among them; the workspaces grow when a patched size needs more; a module
+without the C runner (-O0), and a team busy with another call, fall back to calls
+made one by one, with the same bits; mistakes are TypeErrors or ValueErrors that name
+what was wrong.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kina
+from kina import runtime
+from kina.driver.pipeline import Options
+
+# mlp's output is its input's shape, so calls chain; double is too small to be split
+SRC = """
+let mlp = fn(x: tensor<F32, [1, 1, K], @host>, w1: tensor<F32, [K, N], @host>,
+             w2: tensor<F32, [N, K], @host>) -> (tensor<F32, [1, 1, K], @host>) {
+  let h = x @ w1;
+  (h * sigmoid(h) @ w2)
+}
+
+let double = fn(x: tensor<F32, [1, 1, K], @host>) -> (tensor<F32, [1, 1, K], @host>) {
+  (x + x)
+}
+
+let attend = fn(q: tensor<F32, [1, H, 1, D], @host>, k: tensor<F32, [1, H, D, S], @host>,
+                v: tensor<F32, [1, H, S, D], @host>) -> (tensor<F32, [1, H, 1, D], @host>) {
+  (softmax(q @ k, axis=3) @ v)
+}
+"""
+K, N = 576, 1536
+
+
+@pytest.fixture(scope="module")
+def module():
+    m = kina.compile_source(SRC, "seq.kina", dims={"K": K, "N": N})
+    yield m
+    m.close()
+
+
+def chain(m, n_layers: int, seed: int = 0):
+    """n_layers mlp calls and a double between each pair, xs[i] -> xs[i + 1]: (calls, xs)."""
+    rng = np.random.default_rng(seed)
+    xs = [runtime.empty((1, 1, K), np.float32) for _ in range(2 * n_layers + 1)]
+    xs[0][...] = rng.standard_normal((1, 1, K))
+    calls = []
+    for i in range(n_layers):
+        w1 = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+        w2 = (rng.standard_normal((N, K)) / np.sqrt(N)).astype(np.float32)
+        calls.append(m.mlp.prepare([xs[2 * i], w1, w2], [xs[2 * i + 1]]))
+        calls.append(m.double.prepare([xs[2 * i + 1]], [xs[2 * i + 2]]))
+    return calls, xs
+
+
+def one_by_one(calls, xs, threads):
+    for c in calls:
+        c.threads = threads
+        c()
+    return xs[-1].copy()
+
+
+def test_the_module_has_the_runner_and_every_function_its_packed_form(module):
+    assert all(f._packed is not None for f in module.functions.values())
+    assert module.mlp.threaded and not module.double.threaded
+    assert runtime.CallSequence(chain(module, 1)[0])._native
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_chain_gives_the_bits_of_its_calls_one_by_one(module, threads):
+    calls, xs = chain(module, 4)
+    want = one_by_one(calls, xs, 1)
+    for x in xs[1:]:
+        x[...] = np.nan
+    seq = runtime.CallSequence(calls, threads=threads)
+    seq()  # in the given order: a call run early would read a NaN
+    assert np.array_equal(xs[-1], want)
+    for x in xs[1:]:
+        x[...] = np.nan
+    seq()  # again: each call's task counters are zeroed before it runs
+    assert np.array_equal(xs[-1], want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_workspace_grows_when_a_patched_size_needs_more(module, threads):
+    rng = np.random.default_rng(1)
+    H, D, S = 9, 64, 2047
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(1, H, 1, D), (1, H, D, S), (1, H, S, D)])
+    out = runtime.empty((1, H, 1, D), np.float32)
+    call = module.attend.prepare([q, k, v], [out], dims=("S",))
+    seq = runtime.CallSequence([call], threads=threads)
+    for s in (1, 33, S):  # each run needs more workspace than the one before
+        call.set_dim("S", s)
+        seq()
+        (want,) = module.attend(q, np.ascontiguousarray(k[..., :s]), v[:, :, :s], threads=1)
+        assert np.array_equal(out, want), s
+
+
+def test_without_the_runner_the_calls_are_made_one_by_one():
+    m = kina.compile_source(SRC, "seq0.kina", Options(opt_level=0), dims={"K": 64, "N": 96})
+    try:
+        rng = np.random.default_rng(2)
+        x, out = rng.standard_normal((1, 1, 64)).astype(np.float32), runtime.empty((1, 1, 64), np.float32)
+        w1, w2 = rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal((96, 64)).astype(np.float32)
+        seq = runtime.CallSequence([m.mlp.prepare([x, w1, w2], [out])], threads=2)
+        assert not seq._native
+        seq()
+        assert np.array_equal(out, m.mlp(x, w1, w2)[0])
+    finally:
+        m.close()
+
+
+def test_a_busy_team_gives_the_same_bits(module):
+    calls, xs = chain(module, 2)
+    want = one_by_one(calls, xs, 2)
+    xs[-1][...] = 0
+    team = module.team(1)
+    with team._busy:  # another caller holds the team: the calls go one by one, on threads started per call
+        runtime.CallSequence(calls, threads=2)()
+    assert np.array_equal(xs[-1], want)
+
+
+def test_mistakes_are_named(module):
+    calls, _ = chain(module, 1)
+    with pytest.raises(ValueError, match="at least one PreparedCall"):
+        runtime.CallSequence([])
+    with pytest.raises(TypeError, match=r"calls\[1\] must be a PreparedCall .*got Function"):
+        runtime.CallSequence([calls[0], module.mlp])
+    with pytest.raises(ValueError, match="threads must be a positive integer, got 0"):
+        runtime.CallSequence(calls, threads=0)
+    seq = runtime.CallSequence(calls)
+    seq.threads = -1
+    with pytest.raises(ValueError, match="threads must be a positive integer, got -1"):
+        seq()
+    other = kina.compile_source(SRC, "seq2.kina", dims={"K": K, "N": N})
+    try:
+        theirs, _ = chain(other, 1)
+        with pytest.raises(ValueError, match=r"calls\[1\] is of .*every call must be of one module"):
+            runtime.CallSequence([calls[0], theirs[0]])
+        seq = runtime.CallSequence(theirs)
+    finally:
+        other.close()
+    with pytest.raises(ValueError, match="is closed"):
+        seq()
