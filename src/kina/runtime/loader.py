@@ -856,6 +856,10 @@ class Module:
             self._lib = ctypes.CDLL(str(path))
         except OSError as e:
             raise LoadError(f"{path}: cannot be loaded: {e}") from None
+        if hasattr(self._lib, "kina_run_sequence"):  # kina_threads.c's (CallSequence); an older .so has none
+            self._lib.kina_run_sequence.restype = None
+            self._lib.kina_run_sequence.argtypes = [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 5,
+                                                    ctypes.c_int64]
         self.functions: dict[str, Function] = {}
         for obj in sidecar["functions"]:
             sig = Signature.from_json(obj)

@@ -202,9 +202,6 @@ class Team:
         lib.kina_team_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
         lib.kina_team_work.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         lib.kina_team_stop.argtypes = [ctypes.c_void_p]
-        if hasattr(lib, "kina_run_sequence"):  # an older .so has none
-            lib.kina_run_sequence.restype = None
-            lib.kina_run_sequence.argtypes = [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64]
         allowed = sorted(cpus() or [])
         here = _sched_getcpu() if _sched_getcpu is not None else None
         others = [c for c in allowed if c != here] or allowed
