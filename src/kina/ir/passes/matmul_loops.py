@@ -28,11 +28,15 @@ farther-apart rows take `unroll` at a time.
 Short rows nearly back to back read fastest as one stream; with a gap, or long
 rows, several streams at once win (scripts/bench_k_layout.py measures it; the
 figures and the thresholds they gave: docs/performance.md, "The Kᵀ layout").
-The order of the sums is the same either way. One row at a time, each vector step
-also prefetches its lines the whole rows ahead that cover `prefetch-bytes` (a decode
-projection x[1, K] @ W[K, N] reads W one line after another, and the hardware
-prefetchers alone left it at 70-80% of a contiguous read; docs/performance.md,
-"Decode at the weight-bandwidth floor").
+The order of the sums is the same either way. Where a step adds one row (step-rows=1,
+a widening matmul), each vector step also prefetches its lines the
+whole rows ahead that cover `prefetch-bytes` (a decode projection x[1, K] @ W[K, N]
+read one row at a time is one stream, which the hardware prefetchers alone left at
+70-80% of a contiguous read; docs/performance.md, "Decode at the weight-bandwidth
+floor"). A step of several rows reads that many streams side by side, which the
+hardware keeps ahead of: there the prefetches only cost (on the Zen 5 VM, weights in
+huge pages: 0-26% of a projection's time, 10-17% of a SmolLM F32 decode step;
+docs/performance.md, "Prefetches only for one row a step"), so those steps have none.
 
 A matmul with at least `tile-rows` rows (prefill, x[P, K] @ W[K, N]) takes its rows in
 register tiles first: for each block of `tile-k-rows` rhs rows and each block of
@@ -49,7 +53,7 @@ still sums in k order. The last block of columns, partial, uses masked loads and
 stores; the rows past the last whole tile go one by one as above.
 
 A matmul marked `kina.one_row_at_a_time` (split-k's chunks, whose rows are a weight's,
-back to back) goes one row at a time with the prefetches, and no other loop is built
+back to back) goes one row at a time (prefetched when a step is one row), and no other loop is built
 for it.
 
 A fused matmul (fuse-concat-matmul: it also copies its rhs into a concat's slot)
@@ -158,7 +162,7 @@ class MatmulLoops(KinaPass):
     row_at_a_time_gap_bytes: int = option(256, "the gap to the next rhs row that still counts as back to back",
                                           check=_non_negative, expected="an integer >= 0")
     prefetch_bytes: int = option(2048, "how far ahead, in bytes of rhs (whole rows, at least one), the "
-                                 "one-row-at-a-time loops prefetch (0: never)",
+                                 "one-row-at-a-time loops prefetch in steps of one row (0: never)",
                                  check=_non_negative, expected="an integer >= 0")
     tile_rows: int = option(4, "output rows a register tile holds: a matmul's rows in whole tiles, the rest one by one "
                             "(1: no tiles)", check=_at_least_1, expected="an integer from 1 to 64")
@@ -456,14 +460,14 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
     def rows(outer, k0, count, prefetch=False):
         """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
         (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused); with
-        `prefetch`, each vector step also prefetches its lines `rows_ahead` rows past the
-        last of the `count` (ahead of what this step reads, not within it)."""
+        `prefetch` (one row a step), each vector step also prefetches its lines
+        `rows_ahead` rows past it."""
         b = outer[:-1]
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
         xs = [widen(memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result) for k in ks]
-        if prefetch:  # each row's lines `rows_ahead` rows past this step's last row (the last row at most)
-            past = arith.AddIOp(rows_ahead, cst(count - 1)).result if count > 1 else rows_ahead
-            aheads = [arith.MinUIOp(arith.AddIOp(k, past).result, K_last).result for k in ks]
+        if prefetch:  # the row's lines `rows_ahead` rows past it (the last row at most)
+            assert count == 1, "only steps of one row prefetch"
+            aheads = [arith.MinUIOp(arith.AddIOp(k0, rows_ahead).result, K_last).result]
 
         def step(j, vt, nontemporal):
             """One step at j: a vector of type `vt`, or one element if vt is None; the
@@ -545,22 +549,23 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
         return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
 
     def in_blocks(outer, unroll, prefetch=False):
-        """Every k, `unroll` rows of rhs per pass over j, then the last ones alone."""
+        """Every k, `unroll` rows of rhs per pass over j, then the last ones alone;
+        `prefetch` with one row a step only."""
         if unroll == 1:
             return loop(zero, K, one, lambda k: rows(outer, k, 1, prefetch))
         u = cst(unroll)
         k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
-        loop(zero, k_main, u, lambda k: rows(outer, k, unroll, prefetch))
-        loop(k_main, K, one, lambda k: rows(outer, k, 1, prefetch))
+        loop(zero, k_main, u, lambda k: rows(outer, k, unroll))
+        loop(k_main, K, one, lambda k: rows(outer, k, 1))
 
-    prefetch = options.prefetch_bytes > 0 and slot is None
+    # a fused matmul's slot rows each start at their own alignment: one row per step
+    step_rows = options.step_rows if narrow == elt and slot is None else 1
+    # only steps of one row prefetch (several side by side are streams the hardware follows)
+    prefetch = options.prefetch_bytes > 0 and slot is None and step_rows == 1
     if prefetch:  # whole rows of rhs, at least prefetch-bytes and at least one
         stride_bytes = arith.MulIOp(rhs_k_stride, cst(in_bytes)).result
         rows_ahead = arith.MaxUIOp(arith.DivUIOp(arith.AddIOp(stride_bytes, cst(options.prefetch_bytes - 1)).result,
                                                  arith.MaxUIOp(stride_bytes, one).result).result, one).result
-
-    # a fused matmul's slot rows each start at their own alignment: one row per step
-    step_rows = options.step_rows if narrow == elt and slot is None else 1
 
     def rows_one_at_a_time(outer):
         if unroll == 1:
