@@ -123,3 +123,35 @@ def test_a_function_of_many_tiled_matmuls_runs_within_the_stack():
     w = np.eye(576, dtype=np.float16)
     for threads in (1, 2):
         assert_same(f(x, w, threads=threads)[0], x, what=f"{n} matmuls by the identity on {threads} threads")
+
+
+FUSED = """
+let f = fn[T](q: tensor<T, [B, H, 1, Dh], @host>, k_past: tensor<T, [B, H, Dh, S], @host>,
+              k_new: tensor<T, [B, H, Dh, 1], @host>, p: tensor<T, [B, H, 1, S+1], @host>,
+              v_past: tensor<T, [B, H, S, Dh], @host>, v_new: tensor<T, [B, H, 1, Dh], @host>) -> (
+  tensor<T, [B, H, Dh, S+1], @host>, tensor<T, [B, H, 1, S+1], @host>,
+  tensor<T, [B, H, S+1, Dh], @host>, tensor<T, [B, H, 1, Dh], @host>) {
+  let k = concat[axis=3] k_past k_new;
+  let v = concat[axis=2] v_past v_new;
+  (k, q @ k, v, p @ v)
+}
+"""
+
+
+@pytest.mark.parametrize("T", ["F16", "BF16"])
+def test_fused_widening_matmuls_agree_at_O0_and_O3(T):
+    """An F16 or BF16 model's attention: each matmul (F32 sums) also copies its cache into
+    the concat's slot, which matmul-loops writes with non-temporal stores of whole lines of
+    the narrow type. Slot rows on and off a 64-byte boundary (S + 1 a multiple of 32 or
+    not), the scores' row longer and shorter than a vector, the values' row in registers
+    (Dh 64) or not (Dh 40), on one thread and on the threaded entry's two."""
+    o3, o0 = _compile(FUSED, 3, T), _compile(FUSED, 0, T)
+    for i, (B, H, Dh, S) in enumerate([(1, 2, 64, 0), (1, 2, 64, 31), (1, 3, 64, 100), (2, 1, 40, 63), (1, 2, 40, 5)]):
+        args = _inputs([(B, H, 1, Dh), (B, H, Dh, S), (B, H, Dh, 1), (B, H, 1, S + 1), (B, H, S, Dh), (B, H, 1, Dh)],
+                       DTYPES[T], i)
+        want = o0(*args)
+        outs = [kina.runtime.empty(w.shape, w.dtype) for w in want]
+        for threads in (1, 2):
+            o3.prepare(args, outs, threads=threads)()
+            for n, (got, w) in enumerate(zip(outs, want)):
+                assert_same(got, w, what=f"{T} result {n}, B={B} H={H} Dh={Dh} S={S}, {threads} threads (-O3 vs -O0)")

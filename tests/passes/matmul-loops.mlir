@@ -298,6 +298,49 @@ func.func @fused(%q: memref<1x4xf32>, %a: memref<4x64xf32, strided<[?, 1], offse
   return
 }
 
+// A fused widening matmul (an F16 model's attention: F16 operands, F32 sums, the slot
+// F16 as the rhs it copies) runs the same loops, each rhs vector stored to the slot as
+// loaded and widened for the sums. Its slot's bytes are 2 an element: the alignment is
+// checked and the scalar head counted in those, and a vector step covers a whole line
+// of the slot (32 elements), so no step writes half a line.
+// CHECK-LABEL: func.func @fused_widening(
+// CHECK-SAME:    %[[A:[^:]+]]: memref<4x64xf16, strided<[?, 1], offset: ?>>, %{{[^:]+}}: memref<1x64xf32>,
+// CHECK-SAME:    %[[SLOT:[^:]+]]: memref<4x64xf16, strided<[?, 1], offset: ?>>)
+// CHECK:         %{{[^,]+}}, %[[OFF:[^,]+]], %{{[^,]+}}, %[[STRIDES:[^:]+]]:2 = memref.extract_strided_metadata %[[SLOT]]
+// CHECK:           %[[TWO:.+]] = arith.constant 2 : index
+// CHECK-NEXT:      arith.muli %[[STRIDES]]#0, %[[TWO]] : index
+// CHECK:           case 2 {
+// CHECK:               %[[Y0:.+]] = vector.load %[[A]][%{{.+}}] : memref<4x64xf16, strided<[?, 1], offset: ?>>, vector<32xf16>
+// CHECK-NEXT:          arith.extf %[[Y0]] : vector<32xf16> to vector<32xf32>
+// CHECK:               vector.store %[[Y0]], %[[SLOT]][%{{.+}}] {alignment = 64 : i64, nontemporal = true} : {{.+}}, vector<32xf16>
+// CHECK:           default {
+// CHECK:               %[[TWO1:.+]] = arith.constant 2 : index
+// CHECK-NEXT:          arith.muli %{{.+}}, %[[TWO1]] : index
+// CHECK:               %[[TWO2:.+]] = arith.constant 2 : index
+// CHECK-NEXT:          arith.divui %{{.+}}, %[[TWO2]] : index
+// CHECK:               scf.for
+// CHECK:                 memref.store %{{.+}}, %[[SLOT]]
+// CHECK:               scf.for
+// CHECK:                 %[[YV:.+]] = vector.load %[[A]][%{{.+}}] : memref<4x64xf16, strided<[?, 1], offset: ?>>, vector<32xf16>
+// CHECK:                 vector.store %[[YV]], %[[SLOT]][%{{.+}}] {alignment = 64 : i64, nontemporal = true} : {{.+}}, vector<32xf16>
+// CHECK-NOT:             vector<16xf16>
+// CHECK:               scf.for
+// CHECK:                 memref.store %{{.+}}, %[[SLOT]]
+// CHECK:         return
+func.func @fused_widening(%q: memref<1x4xf16>, %a: memref<4x64xf16, strided<[?, 1], offset: ?>>, %acc: memref<1x64xf32>, %slot: memref<4x64xf16, strided<[?, 1], offset: ?>>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out, #rhs], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%q, %a : memref<1x4xf16>, memref<4x64xf16, strided<[?, 1], offset: ?>>)
+      outs(%acc, %slot : memref<1x64xf32>, memref<4x64xf16, strided<[?, 1], offset: ?>>) {
+  ^bb0(%x: f16, %y: f16, %s: f32, %c: f16):
+    %xw = arith.extf %x : f16 to f32
+    %yw = arith.extf %y : f16 to f32
+    %m = arith.mulf %xw, %yw : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r, %y : f32, f16
+  }
+  return
+}
+
 // Widening (f16 operands, f32 sums, the reference body's extf): the same loops, each
 // loaded f16 vector (and each lhs scalar) extended once, then f32 mulf and addf in k
 // order, as the body does for each element. Here the row of sums in registers.

@@ -62,7 +62,9 @@ not read again here, so it need not be read into the cache before it is written,
 nor evict what is there. Those are aligned whole lines: each row's j loop starts
 with plain scalar steps up to the first NT_ALIGN-byte boundary of the slot row,
 then takes aligned vectors (`vector-bytes`, then one line at a time) and ends with
-plain scalars for the last partial line. So every cache line of the slot is written
+plain scalars for the last partial line (all counted in the slot's elements: a
+widening fused matmul, an F16 or BF16 model's attention, copies F16 rows, and its
+vector steps cover whole lines of them). So every cache line of the slot is written
 one way only (a line written partly both ways is slower than either), and none by
 scalar non-temporal stores (each is a partial-line write to memory; the costs of
 both: docs/performance.md, "Non-temporal stores"). fence-nontemporal then orders them before the function returns.
@@ -110,8 +112,8 @@ In:  any module; after bufferization, when matmuls are on memrefs. Out: the same
 module with every matmul it can take as loops.
 
 Guarantees: only matmuls on memrefs of floats with a unit innermost stride whose
-operands share the sums' element type, or (not fused) are narrower, both or one, are
-rewritten; the others (on tensors, a non-strided layout) are left to
+operands share the sums' element type, or are narrower, both or one (fused: both, the
+slot of their type), are rewritten; the others (on tensors, a non-strided layout) are left to
 convert-linalg-to-loops. The options change the loops, never the order of the sums
 (each element's adds stay in k order, by construction): any values give the same
 bits, except `fma=true`, which rounds each multiply-add once (faster where the loops
@@ -214,11 +216,12 @@ class MatmulLoops(KinaPass):
 
 def _kind(op) -> str | None:
     """The matmul form of `op` (`matmul_form`) if these loops can take it: on memrefs
-    of float element types, either all of one type or (not fused) operands narrower
-    (F16, BF16) than the sums they go into, both or one (mixed: F32 x against F16 W);
-    "transposed" when lhs and rhs are both unit-strided along k (not fused), else each
-    unit-strided along its innermost dim (the loops load whole vectors along it),
-    "widening" if narrower."""
+    of float element types, either all of one type or operands narrower (F16, BF16)
+    than the sums they go into, both or one (mixed: F32 x against F16 W; fused, both:
+    an F16 model's attention, its slot of rhs's type); "transposed" when lhs and rhs
+    are both unit-strided along k (not fused), else each unit-strided along its
+    innermost dim (the loops load whole vectors along it), "widening" if narrower
+    (and not fused)."""
     form = matmul_form(op)
     if form is None:
         return None
@@ -226,7 +229,8 @@ def _kind(op) -> str | None:
     if not all(isinstance(v.type, ir.MemRefType) and isinstance(v.type.element_type, ir.FloatType) for v in operands):
         return None
     lhs, rhs, acc = (v.type.element_type for v in operands[:3])
-    if not (lhs == rhs == acc or (form != "fused" and all(t == acc or t.width < acc.width for t in (lhs, rhs)))):
+    narrower = all(t == acc or t.width < acc.width for t in (lhs, rhs))
+    if not (lhs == rhs == acc or (narrower and (form != "fused" or lhs == rhs == operands[3].type.element_type))):
         return None
     rhs_t = ir.MemRefType(operands[1].type)
     if form != "fused" and unit_innermost(operands[0].type) and stride_of(rhs_t, rhs_t.rank - 2) == 1 and \
@@ -234,7 +238,7 @@ def _kind(op) -> str | None:
         return "transposed"  # rhs columns run along k, as lhs rows do: dot products of rows
     if not all(unit_innermost(v.type) for v in operands):
         return None
-    return form if lhs == rhs == acc else "widening"
+    return form if lhs == rhs == acc or form == "fused" else "widening"
 
 
 def _widen_and_mac(elt: ir.Type, fma: bool):
@@ -429,7 +433,14 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
     in_bytes = narrow.width // 8
     nvtype = lambda vt: vt if vt is None or narrow == elt else ir.VectorType.get(vt.shape, narrow)
     widen, mac = _widen_and_mac(elt, options.fma)
-    line = max(1, NT_ALIGN // elt_bytes)  # elements in one cache line (a whole non-temporal store)
+    # elements in one cache line of what the non-temporal stores write (the slot, of rhs's
+    # type; a whole line per store), or of the sums; a widening fused matmul's vectors
+    # cover at least a whole line of its narrow slot
+    slot_bytes = in_bytes if slot is not None else elt_bytes
+    line = max(1, NT_ALIGN // slot_bytes)
+    if slot is not None and width % line:
+        width = -(-width // line) * line
+        vtype = ir.VectorType.get([width], elt)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
     # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
     most, n_static = options.register_row_bytes // (width * elt_bytes), acc_t.shape[-1]
@@ -455,7 +466,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
         lin = slot_offset
         for i, stride in zip(indices, slot_strides):
             lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
-        return arith.AddIOp(slot_base, arith.MulIOp(lin, cst(elt_bytes)).result).result
+        return arith.AddIOp(slot_base, arith.MulIOp(lin, cst(slot_bytes)).result).result
 
     def rows(outer, k0, count, prefetch=False):
         """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
@@ -509,7 +520,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
             addr = slot_address([*b, ks[0]])
             gap = arith.RemUIOp(arith.SubIOp(cst(NT_ALIGN), arith.RemUIOp(addr, cst(NT_ALIGN)).result).result,
                                 cst(NT_ALIGN)).result
-            start = arith.MinUIOp(arith.DivUIOp(gap, cst(elt_bytes)).result, N).result
+            start = arith.MinUIOp(arith.DivUIOp(gap, cst(slot_bytes)).result, N).result
             loop(zero, start, one, lambda j: step(j, None, False))
         end = start
         if use_vectors:
@@ -542,7 +553,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
         slot row starts on an NT_ALIGN boundary; 0 if not."""
         bad = arith.RemUIOp(N, cst(width)).result
         if slot is not None:
-            row = arith.MulIOp(slot_strides[-2], cst(elt_bytes)).result
+            row = arith.MulIOp(slot_strides[-2], cst(slot_bytes)).result
             for misaligned in (slot_address(outer[:-1]), row):
                 bad = arith.OrIOp(bad, arith.RemUIOp(misaligned, cst(NT_ALIGN)).result).result
         ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
