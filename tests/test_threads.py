@@ -10,7 +10,9 @@ build needs nothing beyond libc and libm.
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -232,6 +234,27 @@ def test_closing_a_module_stops_its_team():
     team = next(iter(m._teams.values()))
     run_with_timeout(m.close, 60)
     assert not team._threads and not m._teams
+
+
+SLEEPERS_AT = 232  # kina_threads.c: offsetof(kina_team, sleepers), in the Team's 256-byte state
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the futex is Linux's (elsewhere workers nap)")
+def test_workers_asleep_between_calls_wake_for_the_next_call_and_for_close():
+    """After about a millisecond without a call a worker sleeps on a futex: the next call
+    rings it awake (the same bits), and close() rings it to stop; a ring that missed it
+    would leave it asleep for good, and close() would hang."""
+    m = kina.compile_source(MLP, "mlp.kina")
+    args = mlp_inputs(576, 1536, 576)
+    (want,) = m.mlp(*args, threads=1)
+    for _ in range(3):
+        (got,) = m.mlp(*args, threads=2)
+        assert np.array_equal(got, want)
+        team = next(iter(m._teams.values()))
+        time.sleep(0.05)
+        assert int.from_bytes(team._state.raw[SLEEPERS_AT:SLEEPERS_AT + 8], "little") == 1, "the worker is not asleep"
+    run_with_timeout(m.close, 60)
+    assert not team._threads
 
 
 def test_a_function_of_many_parameters_runs_on_the_team_with_the_same_bits():

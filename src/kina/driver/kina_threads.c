@@ -42,14 +42,22 @@ void kina_wait(intptr_t done, int64_t parts) {
    the GIL released): it spins until the caller posts a call (a new `generation`), joins
    it, runs its share (fn, the entry's kina_<f>_team from the team-entries pass, which
    takes the call's array of descriptor pointers, with its thread number), counts itself out,
-   and spins again; after about a millisecond without a call it naps between checks,
-   50 us, then twice as long each time up to 2 ms, and it returns when `stop` is set. The caller posts with kina_team_run, runs
+   and spins again; after about a millisecond without a call it sleeps until the next call
+   rings `bell` (a futex on Linux: a napping worker woke up to 2 ms late, and missed the first
+   calls of a prefill that came after an idle moment; elsewhere it naps between checks, 50 us,
+   then twice as long each time up to 2 ms), and it returns when `stop` is set. The caller
+   posts with kina_team_run, runs
    part 0 itself, then closes the call to late joiners and waits only for the workers
    that joined: a worker the system has not scheduled in time misses the call and
    touches nothing of it (the threaded entry's parts go to whoever claims them), so no
    call waits for a core to wake. `joined` holds the call's generation (bits 32-61),
    CLOSED, and the count of workers in (bits 0-31). */
 #include <time.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #define KINA_TEAM_CLOSED (1LL << 62)
 #define KINA_TEAM_GEN(g) (((g) & 0x3fffffffLL) << 32)
@@ -65,22 +73,53 @@ typedef struct {
     void **args;
     int64_t nthreads, stop;
     void *ws;
+    int64_t sleepers; /* workers in kina_team_sleep */
+    int32_t bell;     /* rung (incremented) at each post: the futex the sleepers wait on */
 } kina_team;
+
+_Static_assert(sizeof(kina_team) <= 256, "kina.runtime.workers.Team allocates 256 bytes for a kina_team");
+
+/* Sleep until the generation moves past `seen` or the bell rings (or a spurious wake-up:
+   the caller checks again). The worker counts itself among the sleepers before it looks at
+   the generation, and the caller rings the bell after posting before it looks at the
+   sleepers (all sequentially consistent), so either the worker sees the new call or the
+   caller wakes it; a bell rung in between makes the futex wait return at once. */
+static void kina_team_sleep(kina_team *t, int64_t seen, long *nap) {
+#if defined(__linux__) && defined(SYS_futex)
+    (void)nap;
+    int32_t bell = __atomic_load_n(&t->bell, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&t->sleepers, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&t->generation, __ATOMIC_SEQ_CST) == seen)
+        syscall(SYS_futex, &t->bell, FUTEX_WAIT_PRIVATE, bell, (void *)0, (void *)0, 0);
+    __atomic_sub_fetch(&t->sleepers, 1, __ATOMIC_SEQ_CST);
+#else
+    struct timespec pause = {0, *nap};
+    nanosleep(&pause, 0);
+    *nap = *nap < 2000000 ? 2 * *nap : *nap;
+#endif
+}
+
+/* After a post: wake the workers asleep in kina_team_sleep, if any. */
+static void kina_team_ring(kina_team *t) {
+    __atomic_add_fetch(&t->bell, 1, __ATOMIC_SEQ_CST);
+#if defined(__linux__) && defined(SYS_futex)
+    if (__atomic_load_n(&t->sleepers, __ATOMIC_SEQ_CST) > 0)
+        syscall(SYS_futex, &t->bell, FUTEX_WAKE_PRIVATE, 0x7fffffff, (void *)0, (void *)0, 0);
+#endif
+}
 
 void kina_team_work(kina_team *t, int64_t tid) {
     int64_t seen = __atomic_load_n(&t->generation, __ATOMIC_ACQUIRE);
     for (;;) {
         int64_t now;
-        long nap = 50000; /* ns: after the spin, naps that double up to 2 ms while no call comes */
+        long nap = 50000; /* ns: without a futex, after the spin, naps that double up to 2 ms */
         for (unsigned tries = 0; (now = __atomic_load_n(&t->generation, __ATOMIC_ACQUIRE)) == seen; tries++) {
             if (tries < (1u << 14)) {
 #if defined(__x86_64__)
                 __builtin_ia32_pause();
 #endif
             } else {
-                struct timespec pause = {0, nap};
-                nanosleep(&pause, 0);
-                nap = nap < 2000000 ? 2 * nap : nap;
+                kina_team_sleep(t, seen, &nap);
             }
         }
         seen = now;
@@ -111,7 +150,8 @@ void kina_team_run(kina_team *t, void (*fn)(void **, int64_t, int64_t, void *), 
     int64_t g = __atomic_load_n(&t->generation, __ATOMIC_RELAXED) + 1;
     __atomic_store_n(&t->finished, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&t->joined, KINA_TEAM_GEN(g), __ATOMIC_RELAXED);
-    __atomic_store_n(&t->generation, g, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->generation, g, __ATOMIC_SEQ_CST);
+    kina_team_ring(t);
     fn(args, 0, nthreads, ws);
     int64_t in = __atomic_fetch_or(&t->joined, KINA_TEAM_CLOSED, __ATOMIC_ACQ_REL) & 0xffffffffLL;
     kina_wait((intptr_t)&t->finished, in);
@@ -119,7 +159,8 @@ void kina_team_run(kina_team *t, void (*fn)(void **, int64_t, int64_t, void *), 
 
 void kina_team_stop(kina_team *t) {
     __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&t->generation, 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&t->generation, 1, __ATOMIC_SEQ_CST);
+    kina_team_ring(t);
 }
 
 /* A run of calls in one entry from the host (kina.runtime.loader.CallSequence), in order:

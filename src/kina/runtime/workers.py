@@ -186,7 +186,8 @@ def run_concurrently(cfunc, calls: list[list]) -> None:
 class Team:
     """`workers` threads that stay in the C runtime of a threaded .so (kina_threads.c's
     kina_team_work, the GIL released) between calls, spinning for about a millisecond
-    after each call and then napping (50 us, doubling up to 2 ms), so that handing them a call
+    after each call and then asleep on a futex that the next call wakes (naps of 50 us,
+    doubling up to 2 ms, without one), so that handing them a call within that millisecond
     costs a store, not waking a core (the `_Worker` hand-over: ~100 us). A worker that
     is not running when a call comes misses it: the caller never waits for one to wake,
     only for those that joined to finish (see kina_threads.c). Each is bound
