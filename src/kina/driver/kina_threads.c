@@ -46,11 +46,10 @@ void kina_wait(intptr_t done, int64_t parts) {
    rings `bell` (a futex on Linux: a napping worker woke up to 2 ms late, and missed the first
    calls of a prefill that came after an idle moment; elsewhere it naps between checks, 50 us,
    then twice as long each time up to 2 ms), and it returns when `stop` is set. The caller
-   posts with kina_team_run, runs
-   part 0 itself, then closes the call to late joiners and waits only for the workers
-   that joined: a worker the system has not scheduled in time misses the call and
-   touches nothing of it (the threaded entry's parts go to whoever claims them), so no
-   call waits for a core to wake. `joined` holds the call's generation (bits 32-61),
+   posts with kina_team_run, runs part 0 itself, then closes the call to late joiners and
+   waits only for the workers that joined: a worker the system has not scheduled in time
+   misses the call and touches nothing of it (the threaded entry's parts go to whoever
+   claims them), so no call waits for a core to wake. `joined` holds the call's generation (bits 32-61),
    CLOSED, and the count of workers in (bits 0-31). */
 #include <time.h>
 #if defined(__linux__)
