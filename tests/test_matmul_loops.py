@@ -138,6 +138,33 @@ let f = fn[T](q: tensor<T, [B, H, 1, Dh], @host>, k_past: tensor<T, [B, H, Dh, S
 """
 
 
+@pytest.mark.parametrize("T", ["F32", "F16"])
+def test_a_concat_onto_its_own_past_appends_in_place(T):
+    """A cache held in one buffer per tensor: the filled part is passed as the past and the
+    same buffer, one position longer, as the concat's result (kina.models' StoryCache).
+    The fused matmuls find their slot to be rhs's own memory and leave it as it is; the
+    results are -O0's on separate buffers, the new position lands after the past, and no
+    position past it is written, on one thread and two."""
+    o3, o0 = _compile(FUSED, 3, T), _compile(FUSED, 0, T)
+    dt = DTYPES[T]
+    for i, (B, H, Dh, S) in enumerate([(1, 2, 64, 0), (1, 3, 64, 31), (1, 8, 64, 100), (2, 1, 40, 257)]):
+        q, k_past, k_new, p, v_past, v_new = _inputs(
+            [(B, H, 1, Dh), (B, H, Dh, S), (B, H, Dh, 1), (B, H, 1, S + 1), (B, H, S, Dh), (B, H, 1, Dh)], dt, i)
+        want = o0(q, k_past, k_new, p, v_past, v_new)
+        for threads in (1, 2):
+            kbuf = kina.runtime.empty((B, H, Dh, S + 9), dt)
+            vbuf = kina.runtime.empty((B, H, S + 9, Dh), dt)
+            kbuf[...], vbuf[...] = np.nan, np.nan
+            kbuf[..., :S], vbuf[:, :, :S] = k_past, v_past
+            scores, context = kina.runtime.empty(want[1].shape, dt), kina.runtime.empty(want[3].shape, dt)
+            o3.prepare([q, kbuf[..., :S], k_new, p, vbuf[:, :, :S], v_new],
+                       [kbuf[..., :S + 1], scores, vbuf[:, :, :S + 1], context], threads=threads)()
+            what = f"{T} B={B} H={H} Dh={Dh} S={S}, {threads} threads, in place"
+            for n, got in enumerate([kbuf[..., :S + 1], scores, vbuf[:, :, :S + 1], context]):
+                assert_same(got, want[n], what=f"result {n}, {what}")
+            assert np.isnan(kbuf[..., S + 1:]).all() and np.isnan(vbuf[:, :, S + 1:]).all(), what
+
+
 @pytest.mark.parametrize("T", ["F16", "BF16"])
 def test_fused_widening_matmuls_agree_at_O0_and_O3(T):
     """An F16 or BF16 model's attention: each matmul (F32 sums) also copies its cache into

@@ -357,7 +357,7 @@ GUARD_BYTES = 256  # each side of every buffer: a multiple of runtime.ALIGN, mor
 
 def guarded_cache(m):
     """A new cache of `m` whose K/V buffers sit between two guard regions holding SENTINEL,
-    and a function telling which guards changed (as "k[layer][buffer] before/after")."""
+    and a function telling which guards changed (as "k[layer] before/after")."""
     cache, guards = m.new_cache(), []
 
     def buffer(a, what):
@@ -368,8 +368,8 @@ def guarded_cache(m):
         view[...] = 0
         guards.append((what, raw, pad, a.size))
         return view
-    cache._k = [[buffer(a, f"k[{i}][{j}]") for j, a in enumerate(pair)] for i, pair in enumerate(cache._k)]
-    cache._v = [[buffer(a, f"v[{i}][{j}]") for j, a in enumerate(pair)] for i, pair in enumerate(cache._v)]
+    cache._k = [buffer(a, f"k[{i}]") for i, a in enumerate(cache._k)]
+    cache._v = [buffer(a, f"v[{i}]") for i, a in enumerate(cache._v)]
 
     def damaged():
         return [f"{what} {side}" for what, raw, pad, n in guards
@@ -395,8 +395,8 @@ def test_decoding_to_the_last_position_stays_inside_the_cache():
 
 def test_prepared_step_calls_never_write_past_the_cache():
     """The bug report's scenario (a crash at exit: "free(): invalid size"): the prepared
-    layer calls of a cache (`cache._calls`), called again and again with no set_dim, in
-    both directions. They were prepared on whole buffers, and until a decode step patched
+    layer calls of a cache (`cache._calls`), called again and again with no set_dim.
+    They were prepared on whole buffers, and until a decode step patched
     them their descriptors said S = max_seq_len for k_past and S+1 = max_seq_len for
     k_next, so decoder_step wrote position max_seq_len, one past each buffer. A prepared
     call now starts at the largest S its buffers hold, and no patch goes past it."""
@@ -404,14 +404,13 @@ def test_prepared_step_calls_never_write_past_the_cache():
     cache, damaged = guarded_cache(m)
     m.prefill(PROMPT, cache)
     m.step(3, cache)
-    runs, x, cos, sin, logits = cache._calls
+    run, x, cos, sin, logits = cache._calls
     for _ in range(3):
-        for direction in (cache._cur, 1 - cache._cur):
-            for call in runs[direction].calls:  # each layer's, then the head's
-                call()
-            runs[direction]()  # the same calls in one entry from the host
+        for call in run.calls:  # each layer's, then the head's
+            call()
+        run()  # the same calls in one entry from the host
     assert damaged() == []
-    call = runs[cache._cur].calls[0]
+    call = run.calls[0]
     assert call.dim_range("S") == range(m.max_seq_len)  # S + 1 <= max_seq_len
     with pytest.raises(ValueError, match=r"set_dim: S = 12 is outside 0 \.\. 11"):
         call.set_dim("S", m.max_seq_len)
@@ -424,11 +423,11 @@ SCENARIO = """
 from kina.models import StoryLM
 m = StoryLM(vocab_size=96, d_model=64, n_heads=1, n_layers=2, ffn_dim=88, max_seq_len=256)
 c = m.new_cache(); m.prefill(list(range(1, 65)), c); m.step(3, c)
-runs, x, cos, sin, logits = c._calls
+run, x, cos, sin, logits = c._calls
 for _ in range(50):
-    runs[c._cur].calls[0]()
+    run.calls[0]()
     logits()
-    runs[c._cur]()
+    run()
 print("done")
 """
 

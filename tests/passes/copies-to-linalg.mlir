@@ -46,3 +46,27 @@ func.func @self_copy(%x: memref<2x3xf32, strided<[?, 1], offset: ?>>, %out0: mem
   memref.copy %out0, %out1 : memref<2x3xf32, strided<[?, 1], offset: ?>> to memref<2x3xf32, strided<[?, 1], offset: ?>>
   return
 }
+
+// A copy between the same view made twice (a concat's prefix in its out-buffer, the
+// subview taken once by bufferize for the slot and once for the copy) is erased too.
+// Views that differ in an offset, a size or their buffer are not the same memory, and
+// their copies stay.
+// CHECK-LABEL: func.func @same_view(
+// CHECK-SAME:    %[[OUT:[^:]+]]: memref<8x?xf32, strided<[?, 1], offset: ?>>, %[[OTHER:[^:]+]]: memref<8x?xf32, strided<[?, 1], offset: ?>>, %[[S:[^:]+]]: index)
+// CHECK-NEXT:    %[[P:.+]] = memref.subview %[[OUT]][0, 0] [8, %[[S]]] [1, 1]
+// CHECK-NEXT:    memref.subview %[[OUT]][0, 0] [8, %[[S]]] [1, 1]
+// CHECK-NEXT:    %[[Q:.+]] = memref.subview %[[OUT]][0, 1] [8, %[[S]]] [1, 1]
+// CHECK-NEXT:    linalg.copy {{.*}}ins(%[[P]] : {{.*}}) outs(%[[Q]] : {{.*}})
+// CHECK:         %[[R:.+]] = memref.subview %[[OTHER]][0, 0] [8, %[[S]]] [1, 1]
+// CHECK-NEXT:    linalg.copy {{.*}}ins(%[[P]] : {{.*}}) outs(%[[R]] : {{.*}})
+// CHECK-NEXT:    return
+func.func @same_view(%out: memref<8x?xf32, strided<[?, 1], offset: ?>>, %other: memref<8x?xf32, strided<[?, 1], offset: ?>>, %s: index) {
+  %a = memref.subview %out[0, 0] [8, %s] [1, 1] : memref<8x?xf32, strided<[?, 1], offset: ?>> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+  %b = memref.subview %out[0, 0] [8, %s] [1, 1] : memref<8x?xf32, strided<[?, 1], offset: ?>> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+  memref.copy %a, %b : memref<8x?xf32, strided<[?, 1], offset: ?>> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+  %c = memref.subview %out[0, 1] [8, %s] [1, 1] : memref<8x?xf32, strided<[?, 1], offset: ?>> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+  memref.copy %a, %c : memref<8x?xf32, strided<[?, 1], offset: ?>> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+  %d = memref.subview %other[0, 0] [8, %s] [1, 1] : memref<8x?xf32, strided<[?, 1], offset: ?>> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+  memref.copy %a, %d : memref<8x?xf32, strided<[?, 1], offset: ?>> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+  return
+}

@@ -242,19 +242,23 @@ class StoryCache:
     """The KV caches of one sequence, for every layer: Kᵀ [1, Hk, Dh, n] and V [1, Hk, n, Dh]
     (Hk = n_kv_heads, Dh = head_dim) after n positions, `model.max_seq_len` at most.
 
-    The layer programs are functional (they return the caches one position longer),
-    so each layer has two buffers of each: a step reads one and writes the other, then
-    they swap. The buffers are zero pages until written (only the used part costs
-    memory), and a step's kernel call is prepared once per layer and buffer
-    (`runtime.PreparedCall`): per token only sizes change in its descriptors.
+    The layer programs are functional (they return the caches one position longer, a
+    concat), and each layer has one buffer of each: a step is given its filled part as
+    the past and the same buffer, one position longer, as the result. The concat's
+    prefix is then the past itself, which the compiled step leaves where it is (a
+    fused matmul whose slot is rhs's own memory skips the copy: matmul-loops), so a
+    step writes only its new position and reads the cache once. The buffers are zero
+    pages until written (only the used part costs memory), and a step's kernel call is
+    prepared once per layer (`runtime.PreparedCall`): per token only sizes change in
+    its descriptors.
     """
 
     def __init__(self, model: "StoryLM"):
         self.model = model
         Hk, Dh, T, dt = model.n_kv_heads, model.head_dim, model.max_seq_len, model.dtype
-        self._k = [[runtime.zeros((1, Hk, Dh, T), dt) for _ in range(2)] for _ in range(model.n_layers)]
-        self._v = [[runtime.zeros((1, Hk, T, Dh), dt) for _ in range(2)] for _ in range(model.n_layers)]
-        self._n, self._cur = 0, 0  # positions filled; which buffer of each pair holds them
+        self._k = [runtime.zeros((1, Hk, Dh, T), dt) for _ in range(model.n_layers)]
+        self._v = [runtime.zeros((1, Hk, T, Dh), dt) for _ in range(model.n_layers)]
+        self._n = 0  # positions filled
         self._calls = None  # the prepared step calls, made by the model on the first step
 
     @property
@@ -263,25 +267,25 @@ class StoryCache:
 
     def keys(self, layer: int) -> np.ndarray:
         """A read-only view of layer `layer`'s filled Kᵀ, [1, Hk, Dh, n_filled]."""
-        view = self._k[layer][self._cur][..., :self._n]
+        view = self._k[layer][..., :self._n]
         view.flags.writeable = False
         return view
 
     def values(self, layer: int) -> np.ndarray:
         """A read-only view of layer `layer`'s filled V, [1, Hk, n_filled, Dh]."""
-        view = self._v[layer][self._cur][:, :, :self._n]
+        view = self._v[layer][:, :, :self._n]
         view.flags.writeable = False
         return view
 
     def _views(self, layer: int, n_new: int):
         """(k_past, v_past, k_next, v_next) for `n_new` more positions: the filled part of
-        one buffer and the part of the other that the layer program writes."""
-        n, cur = self._n, self._cur
-        k, v = self._k[layer], self._v[layer]
-        return k[cur][..., :n], v[cur][:, :, :n], k[1 - cur][..., :n + n_new], v[1 - cur][:, :, :n + n_new]
+        the layer's buffers, and the same buffers `n_new` positions longer (where the
+        layer program writes the new positions; the prefix it leaves as it is)."""
+        n, k, v = self._n, self._k[layer], self._v[layer]
+        return k[..., :n], v[:, :, :n], k[..., :n + n_new], v[:, :, :n + n_new]
 
     def _advance(self, n_new: int) -> None:
-        self._n, self._cur = self._n + n_new, 1 - self._cur
+        self._n += n_new
 
     def __repr__(self) -> str:
         return f"StoryCache({self.model.n_layers} layers, max_seq_len={self.model.max_seq_len}) with {self._n} filled"
@@ -471,8 +475,8 @@ class StoryLM(Decoder):
         run as one CallSequence (no Python between them)."""
         if cache._calls is None:
             cache._calls = self._prepare_calls(cache)
-        runs, x, cos, sin, logits = cache._calls
-        S, run = cache.n_filled, runs[cache._cur]
+        run, x, cos, sin, logits = cache._calls
+        S = cache.n_filled
         x[0, 0] = self._embed[token]
         cos[0], sin[0] = self._cos[S], self._sin[S]
         for call in run.calls[:-1]:
@@ -483,23 +487,22 @@ class StoryLM(Decoder):
         return logits.out[0, 0].copy()
 
     def _prepare_calls(self, cache: StoryCache):
-        """decoder_step per layer and per direction (buffer 0 -> 1 and 1 -> 0), chained by
-        fixed activations x_0 .. x_L, and the head on x_L. Each is prepared on whole
-        buffers, which bound S to max_seq_len - 1 (k_next holds S+1 positions); `_decode`
-        sets S before every call. Per direction, the L layers' calls and the head's as one
-        CallSequence."""
+        """decoder_step per layer, from its cache buffers (the past) into the same buffers
+        (the next), chained by fixed activations x_0 .. x_L, and the head on x_L. Each is
+        prepared on whole buffers, which bound S to max_seq_len - 1 (k_next holds S+1
+        positions); `_decode` sets S before every call. The L layers' calls and the
+        head's as one CallSequence."""
         D, R, dt, L = self.d_model, self.head_dim // 2, self.dtype, self.n_layers
         xs = [runtime.empty((1, 1, D), dt) for _ in range(L + 1)]
         cos, sin = runtime.empty((1, 1, 1, 1, R), dt), runtime.empty((1, 1, 1, 1, R), dt)
         step = self._kernels.decoder_step
-        steps = [[step.prepare([xs[i], *self._layers[i], cos, sin, cache._k[i][cur], cache._v[i][cur],
-                                self._eps, self._scale], [cache._k[i][1 - cur], cache._v[i][1 - cur], xs[i + 1]],
-                                dims=("S",))
-                  for i in range(L)] for cur in (0, 1)]
+        steps = [step.prepare([xs[i], *self._layers[i], cos, sin, cache._k[i], cache._v[i], self._eps, self._scale],
+                              [cache._k[i], cache._v[i], xs[i + 1]], dims=("S",))
+                 for i in range(L)]
         out = runtime.empty((1, 1, self.vocab_size), dt)
         logits = self._head_kernel.prepare([xs[L], self._norm, self._head, self._eps], [out])
         logits.out = out
-        return [runtime.CallSequence([*s, logits]) for s in steps], xs[0], cos, sin, logits
+        return runtime.CallSequence([*steps, logits]), xs[0], cos, sin, logits
 
     def _check_cache(self, cache, n_new: int) -> None:
         if not isinstance(cache, StoryCache) or cache.model is not self:

@@ -182,6 +182,21 @@ def functions(module_op) -> list:
 
 # -- loops -------------------------------------------------------------------------
 
+def same_memory(a: ir.Value, b: ir.Value) -> ir.Value:
+    """An i1, true at run time when memrefs `a` and `b` (of one element type and rank) are
+    views of the same memory: the same address of their first element and the same
+    strides (so the same elements, their sizes being equal). A caller's buffers may be
+    such views: a cache's filled part passed both as the past and as its own prefix."""
+    bytes_ = ir.MemRefType(a.type).element_type.width // 8
+    (ma, pa), (mb, pb) = ((memref.ExtractStridedMetadataOp(m), memref.ExtractAlignedPointerAsIndexOp(m).result)
+                          for m in (a, b))
+    first = [arith.AddIOp(p, arith.MulIOp(m.offset, index(bytes_)).result).result for m, p in ((ma, pa), (mb, pb))]
+    same = arith.CmpIOp(arith.CmpIPredicate.eq, *first).result
+    for sa, sb in zip(ma.strides, mb.strides):
+        same = arith.AndIOp(same, arith.CmpIOp(arith.CmpIPredicate.eq, sa, sb).result).result
+    return same
+
+
 def dim(m: ir.Value, a: int) -> ir.Value:
     """Dim `a` of memref `m` as an index value (a constant when static)."""
     n = ir.MemRefType(m.type).shape[a]

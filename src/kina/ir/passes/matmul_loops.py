@@ -68,6 +68,13 @@ vector steps cover whole lines of them). So every cache line of the slot is writ
 one way only (a line written partly both ways is slower than either), and none by
 scalar non-temporal stores (each is a partial-line write to memory; the costs of
 both: docs/performance.md, "Non-temporal stores"). fence-nontemporal then orders them before the function returns.
+Where the slot is rhs's own memory (checked at run time: the same first element and
+strides), the copy is left out and the matmul runs as a plain one: a cache held in
+one buffer, its filled part passed as the past and the same buffer one position
+longer as the concat (kina.models' StoryCache), is appended in place:
+
+    scf.if (same_memory(%k_past, %slot)) { <the plain matmul's loops> }
+    else { <the fused loops above> }
 
 A matmul whose output rows are short (a whole number of vectors, at most
 `register-row-bytes`, like one attention head's values; checked at run time when the
@@ -128,8 +135,8 @@ from mlir.dialects import arith, linalg, math, memref, scf, vector
 
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
-from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, stride_of, \
-    transposed_view, unit_innermost
+from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, dim, loop, maps_of, matmul_form, nest, \
+    same_memory, stride_of, transposed_view, unit_innermost
 
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
 
@@ -205,11 +212,20 @@ class MatmulLoops(KinaPass):
             if kind is None:
                 return NO_MATCH
             with rewriter.ip, op.location:
+                buffer = lambda t: stack_buffer(op, t)
+                plain_unroll = 1 if ONE_ROW_AT_A_TIME in op.attributes else self.unroll
                 if kind == "transposed":
                     _emit_transposed(op, self)
+                elif kind == "fused":  # the copy only where the slot is not rhs's own memory
+                    if_op = scf.IfOp(same_memory(op.inputs[1], op.outputs[1]), has_else=True)
+                    with ir.InsertionPoint(if_op.then_block):
+                        _emit(op, self, plain_unroll, buffer, copy=False)
+                        scf.YieldOp([])
+                    with ir.InsertionPoint(if_op.else_block):
+                        _emit(op, self, 1, buffer)
+                        scf.YieldOp([])
                 else:
-                    one_row = kind == "fused" or ONE_ROW_AT_A_TIME in op.attributes
-                    _emit(op, self, 1 if one_row else self.unroll, lambda t: stack_buffer(op, t))
+                    _emit(op, self, plain_unroll, buffer)
             rewriter.erase_op(op.operation)
         apply_patterns(module_op, {linalg.GenericOp: matmul})
 
@@ -411,11 +427,13 @@ def _emit_transposed(op, options: MatmulLoops) -> None:
             scf.YieldOp([])
 
 
-def _emit(op, options: MatmulLoops, unroll: int, stack_buffer) -> None:
+def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True) -> None:
+    """The loops of matmul `op` (see the module docstring), `unroll` rhs rows at a time
+    where they are long or far apart; a fused one's copy into its slot only with `copy`."""
     vector_bytes = options.vector_bytes
     lhs, rhs = list(op.inputs)
     acc, *slot = list(op.outputs)
-    slot = slot[0] if slot else None  # a fused matmul's concat slot, written with non-temporal stores
+    slot = slot[0] if slot and copy else None  # a fused matmul's concat slot, written with non-temporal stores
     acc_t = ir.MemRefType(acc.type)
     rank, elt = acc_t.rank, acc_t.element_type
     cst, zero, one = index, index(0), index(1)
