@@ -195,3 +195,30 @@ func.func @kina_p(%x: memref<1x?x576xf32, strided<[?, ?, 1], offset: ?>>, %w: me
   }
   return
 }
+
+// A decode attention's weighted sum over the values, probs[1, 8, 1, S] @ V[1, 8, S, 64]:
+// cut along the head width (4 parts of 16 columns), every part would read all the
+// probabilities and a 64-byte piece of each 256-byte row of V; along the 8 heads (a
+// loop that gives `parts` parts), no operand is read twice. The op is cut along the
+// heads (S symbolic: parts sized at run time).
+// CHECK-LABEL: func.func @kina_heads_threaded(
+// CHECK:         scf.while
+// CHECK:           %[[P:.+]] = memref.subview %arg0[0, %[[H:.+]], 0, 0] [1, %[[N:.+]], 1, %{{.+}}] [1, 1, 1, 1]
+// CHECK:           %[[V:.+]] = memref.subview %arg1[0, %[[H]], 0, 0] [1, %[[N]], %{{.+}}, 64] [1, 1, 1, 1]
+// CHECK:           linalg.fill
+// CHECK:           linalg.generic {{.*}} ins(%[[P]], %[[V]] :
+// CHECK:         return
+#hlhs = affine_map<(b, h, i, k, j) -> (b, h, i, k)>
+#hrhs = affine_map<(b, h, i, k, j) -> (b, h, k, j)>
+#hout = affine_map<(b, h, i, k, j) -> (b, h, i, j)>
+func.func @kina_heads(%p: memref<1x8x1x?xf32, strided<[?, ?, ?, 1], offset: ?>>, %v: memref<1x8x?x64xf32, strided<[?, ?, ?, 1], offset: ?>>, %out0: memref<1x8x1x64xf32, strided<[?, ?, ?, 1], offset: ?>>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x8x1x64xf32, strided<[?, ?, ?, 1], offset: ?>>)
+  linalg.generic {indexing_maps = [#hlhs, #hrhs, #hout], iterator_types = ["parallel", "parallel", "parallel", "reduction", "parallel"]} ins(%p, %v : memref<1x8x1x?xf32, strided<[?, ?, ?, 1], offset: ?>>, memref<1x8x?x64xf32, strided<[?, ?, ?, 1], offset: ?>>) outs(%out0 : memref<1x8x1x64xf32, strided<[?, ?, ?, 1], offset: ?>>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -41,8 +41,8 @@ takes 7% longer and a prefill of 32 tokens 30% (docs/performance.md, "Compile ti
 
 The function's ops that touch memory become tasks, in order. A linalg.generic, fill
 or copy that moves at least `min-bytes` per part is split along one parallel loop
-that indexes every output (of those of at least 16, the one whose parts re-read the
-fewest bytes, then the outermost; else the longest), with the fill of its output if
+that indexes every output (of those that give `parts` parts, the one whose parts
+re-read the fewest bytes, then the outermost; else the longest), with the fill of its output if
 one comes just before: a part is a range of that loop (a subview of every operand it
 indexes; the others whole, read by every part), so no reduction is ever
 split, and a task has at most 2 parts per thread. A run of ops too small to split,
@@ -506,16 +506,20 @@ def _plan(op, opts: "Threads"):
         candidates.append((d, where, (v0, p0), extent))
     if not candidates:
         return None
-    big = [c for c in candidates if c[3] == DYN or c[3] >= 16]
-    # of those, the one whose parts re-read the fewest bytes (an operand it does not
-    # index is read whole by every part: a prefill matmul's weight, when cut along its
-    # rows), the outermost of equals
-    d, where, source, extent = min(big, key=lambda c: _reread_bytes(c[1])) if big else \
-        max(candidates, key=lambda c: c[3])
     _, out_value, _ = outs[0]
     out_t = ir.MemRefType(out_value.type)
-    out_pos = next(p for k, v, p in where if k == outs[0][0])
-    align = max(1, ALIGN_BYTES // _elem_bytes(out_t)) if out_pos == out_t.rank - 1 else 1
+
+    def align_of(where) -> int:  # parts of the output's innermost dim are whole lines
+        out_pos = next(p for k, v, p in where if k == outs[0][0])
+        return max(1, ALIGN_BYTES // _elem_bytes(out_t)) if out_pos == out_t.rank - 1 else 1
+    # the loops that give `parts` parts (a symbolic one may), and of those the one whose parts
+    # re-read the fewest bytes (an operand it does not index is read whole by every part: a
+    # prefill matmul's weight, when cut along its rows; a decode attention's probabilities,
+    # cut along the head width rather than the heads), the outermost of equals
+    big = [c for c in candidates if c[3] == DYN or c[3] // align_of(c[1]) >= opts.parts]
+    d, where, source, extent = min(big, key=lambda c: _reread_bytes(c[1])) if big else \
+        max(candidates, key=lambda c: c[3])
+    align = align_of(where)
     shapes = [ir.MemRefType(v.type) for _, v, _ in operands]
     # the bytes it moves at the least: exactly when every size is static, else with each
     # symbolic dim at 1
