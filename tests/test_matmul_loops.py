@@ -138,6 +138,48 @@ let f = fn[T](q: tensor<T, [B, H, 1, Dh], @host>, k_past: tensor<T, [B, H, Dh, S
 """
 
 
+FUSED_GQA = """
+let f = fn[T](q: tensor<T, [1, H, G, Dh], @host>, k_past: tensor<T, [1, H, Dh, S], @host>,
+              k_new: tensor<T, [1, H, Dh, 1], @host>, p: tensor<T, [1, H, G, S+1], @host>,
+              v_past: tensor<T, [1, H, S, Dh], @host>, v_new: tensor<T, [1, H, 1, Dh], @host>) -> (
+  tensor<T, [1, H, Dh, S+1], @host>, tensor<T, [1, H, G, S+1], @host>,
+  tensor<T, [1, H, S+1, Dh], @host>, tensor<T, [1, H, G, Dh], @host>) {
+  let k = concat[axis=3] k_past k_new;
+  let v = concat[axis=2] v_past v_new;
+  (k, q @ k, v, p @ v)
+}
+"""
+
+
+@pytest.mark.parametrize("T", ["F32", "F16"])
+def test_grouped_query_rows_agree_at_O0_and_O3(T):
+    """A grouped-query head's G query rows against its cache (G static: 2, 3, 5) go
+    together, each row of K and V read once for all of them (group-rows): -O0's bits,
+    fused (the concat written too) or in place (the cache's own buffer), the values'
+    rows in registers (Dh 64) or not (Dh 40), with the scores' rows of any length, on
+    one thread and two."""
+    dt = DTYPES[T]
+    for i, (H, G, Dh, S) in enumerate([(3, 3, 64, 100), (2, 2, 40, 31), (1, 5, 64, 257), (3, 3, 64, 0)]):
+        dims = (("H", H), ("G", G), ("Dh", Dh))
+        o3, o0 = _compile(FUSED_GQA, 3, T, dims), _compile(FUSED_GQA, 0, T, dims)
+        q, k_past, k_new, p, v_past, v_new = _inputs(
+            [(1, H, G, Dh), (1, H, Dh, S), (1, H, Dh, 1), (1, H, G, S + 1), (1, H, S, Dh), (1, H, 1, Dh)], dt, i)
+        want = o0(q, k_past, k_new, p, v_past, v_new)
+        for threads in (1, 2):
+            kbuf, vbuf = kina.runtime.empty((1, H, Dh, S + 3), dt), kina.runtime.empty((1, H, S + 3, Dh), dt)
+            kbuf[..., :S], vbuf[:, :, :S] = k_past, v_past
+            for in_place in (False, True):
+                outs = [kina.runtime.empty(w.shape, w.dtype) for w in want]
+                args = [q, k_past, k_new, p, v_past, v_new]
+                if in_place:
+                    outs[0], outs[2] = kbuf[..., :S + 1], vbuf[:, :, :S + 1]
+                    args[1], args[4] = kbuf[..., :S], vbuf[:, :, :S]
+                o3.prepare(args, outs, threads=threads)()
+                for n, (got, w) in enumerate(zip(outs, want)):
+                    assert_same(got, w, what=f"{T} result {n}, H={H} G={G} Dh={Dh} S={S}, {threads} threads, "
+                                             f"{'in place' if in_place else 'fused'} (-O3 vs -O0)")
+
+
 @pytest.mark.parametrize("T", ["F32", "F16"])
 def test_a_concat_onto_its_own_past_appends_in_place(T):
     """A cache held in one buffer per tensor: the filled part is passed as the past and the

@@ -1,6 +1,7 @@
-// RUN: kinac opt %s --passes 'matmul-loops{step-rows=1}' | FileCheck %s
+// RUN: kinac opt %s --passes 'matmul-loops{step-rows=1 group-rows=1}' | FileCheck %s
 // RUN: kinac opt %s --passes 'matmul-loops{fma=true}' | FileCheck %s --check-prefix=FMA
-// RUN: kinac opt %s --passes matmul-loops | FileCheck %s --check-prefix=STEP
+// RUN: kinac opt %s --passes 'matmul-loops{group-rows=1}' | FileCheck %s --check-prefix=STEP
+// RUN: kinac opt %s --passes matmul-loops | FileCheck %s --check-prefix=GROUP
 
 // After bufferization each matmul linalg.generic on memrefs of one element type
 // becomes explicit loops: per row, vector<32xf32> steps over j that read 8 rhs
@@ -21,6 +22,32 @@
 // adds 4 rhs rows' products to it in k order and stores it; the last K % 4 rows alone.
 // A step of several rows reads that many streams side by side, which the hardware
 // prefetchers follow, so it does not prefetch (steps of one row do: @prefetch below).
+// By default (group-rows=8) its 2 static rows go together: no loop over them, each
+// step over j loads both rows' sums, then each rhs vector once, added into both in k
+// order (row 0's products, then row 1's), and stores both.
+// GROUP-LABEL: func.func @unrolled(
+// GROUP-SAME:    %[[Q:[^:]+]]: memref<2x16xf32>, %[[K:[^:]+]]: memref<16x40xf32>, %[[ACC:[^:]+]]: memref<2x40xf32>)
+// GROUP:         scf.if
+// GROUP-NEXT:      arith.constant
+// GROUP-NEXT:      arith.remui
+// GROUP-NEXT:      arith.subi
+// GROUP-NEXT:      scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// GROUP:             %[[X00:.+]] = memref.load %[[Q]][%[[R0:.+]], %[[K0]]]
+// GROUP:             %[[X10:.+]] = memref.load %[[Q]][%[[R1:.+]], %[[K0]]]
+// GROUP:             scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// GROUP:               %[[V00:.+]] = vector.broadcast %[[X00]]
+// GROUP:               %[[V10:.+]] = vector.broadcast %[[X10]]
+// GROUP:               %[[A0:.+]] = vector.load %[[ACC]][%[[R0]], %[[J]]]
+// GROUP-NEXT:          %[[A1:.+]] = vector.load %[[ACC]][%[[R1]], %[[J]]]
+// GROUP-NEXT:          %[[Y0:.+]] = vector.load %[[K]][%[[K0]], %[[J]]]
+// GROUP-NEXT:          %[[P00:.+]] = arith.mulf %[[V00]], %[[Y0]]
+// GROUP-NEXT:          arith.addf %[[A0]], %[[P00]]
+// GROUP-NEXT:          %[[P10:.+]] = arith.mulf %[[V10]], %[[Y0]]
+// GROUP-NEXT:          arith.addf %[[A1]], %[[P10]]
+// GROUP-NOT:           vector.load %[[K]][%[[K0]], %[[J]]]
+// GROUP:               vector.store %{{.+}}, %[[ACC]][%[[R0]], %[[J]]]
+// GROUP-NEXT:          vector.store %{{.+}}, %[[ACC]][%[[R1]], %[[J]]]
+// GROUP:         return
 // STEP-LABEL: func.func @unrolled(
 // STEP-NOT:     memref.prefetch
 // STEP:         scf.if
@@ -142,30 +169,35 @@ func.func @unrolled(%q: memref<2x16xf32>, %k: memref<16x40xf32>, %acc: memref<2x
   return
 }
 
-// A row of 64 is two vectors: the register-row switch (case 2) keeps both sums in
-// registers through the k loop, with the row-at-a-time loops as its default.
+// A row of 64 is four 64-byte lines: the register-row switch (case 4) keeps their
+// sums in registers through the k loop, with the row-at-a-time loops as its default.
 // CHECK-LABEL: func.func @registers(
 // CHECK-SAME:    %[[Q:[^:]+]]: memref<1x16xf32>, %[[K:[^:]+]]: memref<16x64xf32>, %[[ACC:[^:]+]]: memref<1x64xf32>)
 // CHECK:         scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
 // CHECK:           %[[OK:.+]] = arith.cmpi eq,
 // CHECK:           %[[N:.+]] = arith.select %[[OK]], %{{.+}}, %{{.+}} : index
 // CHECK-NEXT:      scf.index_switch %[[N]]
-// CHECK-NEXT:      case 2 {
-// CHECK:             %[[A0:.+]] = vector.load %[[ACC]][%[[I]], %[[J0:[a-z0-9_]+]]] : memref<1x64xf32>, vector<32xf32>
-// CHECK-NEXT:        %[[A1:.+]] = vector.load %[[ACC]][%[[I]], %[[J1:[a-z0-9_]+]]] : memref<1x64xf32>, vector<32xf32>
-// CHECK-NEXT:        %[[SUMS:.+]]:2 = scf.for %[[KK:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[S0:.+]] = %[[A0]], %[[S1:.+]] = %[[A1]]) -> (vector<32xf32>, vector<32xf32>) {
+// CHECK-NEXT:      case 4 {
+// CHECK:             %[[A0:.+]] = vector.load %[[ACC]][%[[I]], %[[J0:[a-z0-9_]+]]] : memref<1x64xf32>, vector<16xf32>
+// CHECK-NEXT:        %[[A1:.+]] = vector.load %[[ACC]][%[[I]], %[[J1:[a-z0-9_]+]]] : memref<1x64xf32>, vector<16xf32>
+// CHECK-NEXT:        %[[A2:.+]] = vector.load %[[ACC]][%[[I]], %[[J2:[a-z0-9_]+]]] : memref<1x64xf32>, vector<16xf32>
+// CHECK-NEXT:        %[[A3:.+]] = vector.load %[[ACC]][%[[I]], %[[J3:[a-z0-9_]+]]] : memref<1x64xf32>, vector<16xf32>
+// CHECK-NEXT:        %[[SUMS:.+]]:4 = scf.for %[[KK:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[S0:.+]] = %[[A0]], %[[S1:.+]] = %[[A1]], %[[S2:.+]] = %[[A2]], %[[S3:.+]] = %[[A3]]) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>) {
 // CHECK-NEXT:          %[[X:.+]] = memref.load %[[Q]][%[[I]], %[[KK]]]
-// CHECK-NEXT:          %[[XV:.+]] = vector.broadcast %[[X]] : f32 to vector<32xf32>
+// CHECK-NEXT:          %[[XV:.+]] = vector.broadcast %[[X]] : f32 to vector<16xf32>
 // CHECK-NEXT:          %[[Y0:.+]] = vector.load %[[K]][%[[KK]], %[[J0]]]
 // CHECK-NEXT:          %[[P0:.+]] = arith.mulf %[[XV]], %[[Y0]]
 // CHECK-NEXT:          %[[N0:.+]] = arith.addf %[[S0]], %[[P0]]
 // CHECK-NEXT:          %[[Y1:.+]] = vector.load %[[K]][%[[KK]], %[[J1]]]
 // CHECK-NEXT:          %[[P1:.+]] = arith.mulf %[[XV]], %[[Y1]]
 // CHECK-NEXT:          %[[N1:.+]] = arith.addf %[[S1]], %[[P1]]
-// CHECK-NEXT:          scf.yield %[[N0]], %[[N1]]
+// CHECK:               %[[N3:.+]] = arith.addf %[[S3]], %{{.+}}
+// CHECK-NEXT:          scf.yield %[[N0]], %[[N1]], %{{.+}}, %[[N3]]
 // CHECK-NEXT:        }
 // CHECK-NEXT:        vector.store %[[SUMS]]#0, %[[ACC]][%[[I]], %[[J0]]]
 // CHECK-NEXT:        vector.store %[[SUMS]]#1, %[[ACC]][%[[I]], %[[J1]]]
+// CHECK-NEXT:        vector.store %[[SUMS]]#2, %[[ACC]][%[[I]], %[[J2]]]
+// CHECK-NEXT:        vector.store %[[SUMS]]#3, %[[ACC]][%[[I]], %[[J3]]]
 // CHECK-NEXT:        scf.yield
 // CHECK-NEXT:      }
 // CHECK-NEXT:      default {
@@ -184,8 +216,8 @@ func.func @registers(%q: memref<1x16xf32>, %k: memref<16x64xf32>, %acc: memref<1
   return
 }
 
-// A symbolic row length: the switch is decided at run time, one case per row of
-// 1 to 4 whole vectors.
+// A symbolic row length: the switch is decided at run time, one case for a row of one
+// 64-byte line and one per row of 1 to 4 whole vectors (2, 4, 6, 8 lines).
 // CHECK-LABEL: func.func @symbolic(
 // CHECK-SAME:    %[[Q:[^:]+]]: memref<1x?xf32>, %[[K:[^:]+]]: memref<?x?xf32>, %[[ACC:[^:]+]]: memref<1x?xf32>)
 // CHECK:         %[[NDIM:.+]] = memref.dim %[[ACC]], %{{.+}}
@@ -195,14 +227,14 @@ func.func @registers(%q: memref<1x16xf32>, %k: memref<16x64xf32>, %acc: memref<1
 // CHECK-NEXT:    %[[N:.+]] = arith.select %[[OK]], %[[NV]], %{{.+}} : index
 // CHECK-NEXT:    scf.index_switch %[[N]]
 // CHECK-NEXT:    case 1 {
-// CHECK:           scf.for {{.*}} -> (vector<32xf32>) {
+// CHECK:           scf.for {{.*}} -> (vector<16xf32>) {
 // CHECK:         case 2 {
-// CHECK:           scf.for {{.*}} -> (vector<32xf32>, vector<32xf32>) {
-// CHECK:         case 3 {
-// CHECK:           scf.for {{.*}} -> (vector<32xf32>, vector<32xf32>, vector<32xf32>) {
+// CHECK:           scf.for {{.*}} -> (vector<16xf32>, vector<16xf32>) {
 // CHECK:         case 4 {
-// CHECK:           scf.for {{.*}} -> (vector<32xf32>, vector<32xf32>, vector<32xf32>, vector<32xf32>) {
-// CHECK-NOT:     case 5
+// CHECK:           scf.for {{.*}} -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>) {
+// CHECK:         case 6 {
+// CHECK:         case 8 {
+// CHECK-NOT:     case
 // CHECK:         default {
 func.func @symbolic(%q: memref<1x?xf32>, %k: memref<?x?xf32>, %acc: memref<1x?xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
@@ -282,7 +314,7 @@ func.func @short_rows(%q: memref<1x4xf32>, %k: memref<4x8xf32>, %acc: memref<1x8
 // CHECK:           arith.muli %[[OFF]],
 // CHECK-NEXT:      arith.addi %[[BASE]],
 // CHECK:           scf.index_switch
-// CHECK-NEXT:      case 2 {
+// CHECK-NEXT:      case 4 {
 // CHECK:             scf.for %[[KK:.+]] = {{.*}} iter_args
 // CHECK:               %[[Y0:.+]] = vector.load %[[A]][%[[KK]], %[[J0:[a-z0-9_]+]]]
 // CHECK:               vector.store %[[Y0]], %[[SLOT]][%[[KK]], %[[J0]]] {alignment = 64 : i64, nontemporal = true}
@@ -370,16 +402,16 @@ func.func @fused_widening(%q: memref<1x4xf16>, %a: memref<4x64xf16, strided<[?, 
 // CHECK-LABEL: func.func @widening(
 // CHECK-SAME:    %[[Q:[^:]+]]: memref<1x4xf16>, %[[K:[^:]+]]: memref<4x64xf16>, %[[ACC:[^:]+]]: memref<1x64xf32>)
 // CHECK-NOT:     linalg.generic
-// CHECK:         case 2 {
-// CHECK:           scf.for %[[KK:.+]] = %{{.+}} iter_args(%[[S0:.+]] = %{{.+}}, %[[S1:.+]] = %{{.+}}) -> (vector<32xf32>, vector<32xf32>) {
+// CHECK:         case 4 {
+// CHECK:           scf.for %[[KK:.+]] = %{{.+}} iter_args(%[[S0:.+]] = %{{.+}}, %[[S1:.+]] = %{{.+}}, %{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>) {
 // CHECK-NEXT:        %[[X:.+]] = memref.load %[[Q]][%{{.+}}, %[[KK]]] : memref<1x4xf16>
 // CHECK-NEXT:        %[[XF:.+]] = arith.extf %[[X]] : f16 to f32
-// CHECK-NEXT:        %[[XV:.+]] = vector.broadcast %[[XF]] : f32 to vector<32xf32>
-// CHECK-NEXT:        %[[Y0:.+]] = vector.load %[[K]][%[[KK]], %{{.+}}] : memref<4x64xf16>, vector<32xf16>
-// CHECK-NEXT:        %[[Y0F:.+]] = arith.extf %[[Y0]] : vector<32xf16> to vector<32xf32>
-// CHECK-NEXT:        %[[P0:.+]] = arith.mulf %[[XV]], %[[Y0F]] : vector<32xf32>
-// CHECK-NEXT:        %{{.+}} = arith.addf %[[S0]], %[[P0]] : vector<32xf32>
-// CHECK:           vector.store %{{.+}}, %[[ACC]]{{.+}} : memref<1x64xf32>, vector<32xf32>
+// CHECK-NEXT:        %[[XV:.+]] = vector.broadcast %[[XF]] : f32 to vector<16xf32>
+// CHECK-NEXT:        %[[Y0:.+]] = vector.load %[[K]][%[[KK]], %{{.+}}] : memref<4x64xf16>, vector<16xf16>
+// CHECK-NEXT:        %[[Y0F:.+]] = arith.extf %[[Y0]] : vector<16xf16> to vector<16xf32>
+// CHECK-NEXT:        %[[P0:.+]] = arith.mulf %[[XV]], %[[Y0F]] : vector<16xf32>
+// CHECK-NEXT:        %{{.+}} = arith.addf %[[S0]], %[[P0]] : vector<16xf32>
+// CHECK:           vector.store %{{.+}}, %[[ACC]]{{.+}} : memref<1x64xf32>, vector<16xf32>
 // CHECK:         default {
 // CHECK:           vector.load %[[K]]{{.+}} : memref<4x64xf16>, vector<32xf16>
 // CHECK-NEXT:      arith.extf %{{.+}} : vector<32xf16> to vector<32xf32>

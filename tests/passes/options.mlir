@@ -1,5 +1,5 @@
 // Pass options, written as mlir-opt takes them: NAME{opt=value ...}, several passes by commas.
-// RUN: kinac opt %s --passes 'matmul-loops{unroll=4}' | FileCheck %s --check-prefix=UNROLL4
+// RUN: kinac opt %s --passes 'matmul-loops{unroll=4 group-rows=1}' | FileCheck %s --check-prefix=UNROLL4
 // RUN: kinac opt %s --passes 'matmul-loops{unroll=1 vector-bytes=64}' | FileCheck %s --check-prefix=ONE
 // RUN: kinac opt %s --passes 'matmul-loops{register-row-bytes=0},sum-loops{vector-bytes=64}' | FileCheck %s --check-prefix=BOTH
 // Bad options: one line naming the pass, the option, what was expected and what was given; exit 1.

@@ -76,13 +76,26 @@ longer as the concat (kina.models' StoryCache), is appended in place:
     scf.if (same_memory(%k_past, %slot)) { <the plain matmul's loops> }
     else { <the fused loops above> }
 
-A matmul whose output rows are short (a whole number of vectors, at most
+A matmul whose output rows are short (a whole number of 64-byte lines, at most
 `register-row-bytes`, like one attention head's values; checked at run time when the
 length is symbolic) keeps the whole output row in vector registers while k runs,
 in the same k order: each rhs row costs its loads (and, fused, its non-temporal
 stores) and nothing else. A fused one needs every slot row to start on an
 NT_ALIGN boundary, checked at run time (the slot is a caller's buffer); a
 misaligned slot takes the row-at-a-time loops.
+
+A matmul of a few static rows (2 to `group-rows`) too few for a register tile, such as
+a grouped-query head's G query rows against its cache (q[1, Hk, G, Dh] @ Kᵀ[1, Hk, Dh, S],
+then probs @ V), takes them together: each step loads the sums of every row, then each
+rhs vector once, added into every row's sums in k order:
+
+    %a0 = vector.load %acc[%b, 0, %j]   %a1 = vector.load %acc[%b, 1, %j]   ...
+    %y0 = vector.load %k[%k0, %j]
+    %a0' = %a0 + %x00 * %y0             %a1' = %a1 + %x10 * %y0             ...
+
+so the cache is read once for the group, not once per row (the same bits: each row's
+sums keep their k order). Rows in registers count their sums in 64-byte lines then, the
+group's at most twice one row's most.
 
 A matmul whose batch dims broadcast (`x[B, S, 512] @ W[512, N]`, or a batch dim of
 size 1 stretched) runs the same loops, reading each operand at its own batch
@@ -139,6 +152,9 @@ from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, d
     same_memory, stride_of, transposed_view, unit_innermost
 
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
+# rows taken together (group-rows) keep their sums in registers while those total at most this
+# many times one row's most (register-row-bytes)
+MULTI_ROW_REGISTERS = 2
 
 
 def _at_least_1(n: int) -> bool:
@@ -185,6 +201,9 @@ class MatmulLoops(KinaPass):
                             "vector of sums, loaded and stored once for all of them (a widening matmul: one, "
                             "the widening bounds it and more rows spill registers; a fused one: one)",
                             check=_at_least_1, expected="an integer from 1 to 64")
+    group_rows: int = option(8, "a matmul of at most this many static rows and no register tile (a grouped-query "
+                             "head's queries against its cache) takes them together, each rhs vector loaded once "
+                             "for all (1: one at a time)", check=_at_least_1, expected="an integer from 1 to 64")
     transposed_columns: int = option(16, "columns of the other side a block of rows of the transposed form takes at "
                                      "once (each square transposed once for all of them, their sums in registers)",
                                      check=_at_least_1, expected="an integer from 1 to 64")
@@ -460,12 +479,14 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
         width = -(-width // line) * line
         vtype = ir.VectorType.get([width], elt)
     use_vectors = acc_t.shape[-1] == DYN or acc_t.shape[-1] >= width
-    # the row lengths (in vectors) whose sums stay in registers: any that fits when N is symbolic
-    most, n_static = options.register_row_bytes // (width * elt_bytes), acc_t.shape[-1]
+    # the row lengths (in lines: vectors of `line`) whose sums stay in registers: when N is
+    # symbolic, one line or whole vectors (a run-time switch, a case each), up to the most that fit
+    line_vtype = ir.VectorType.get([line], elt)
+    most, n_static = options.register_row_bytes // (line * elt_bytes), acc_t.shape[-1]
     if n_static == DYN:
-        register_vectors = list(range(1, most + 1))
+        register_vectors = sorted({1, *range(width // line, most + 1, width // line)} & set(range(1, most + 1)))
     else:
-        register_vectors = [n_static // width] if n_static % width == 0 and 0 < n_static // width <= most else []
+        register_vectors = [n_static // line] if n_static % line == 0 and 0 < n_static // line <= most else []
     rhs_k_stride = list(memref.ExtractStridedMetadataOp(rhs).strides)[-2]
     if unroll > 1:  # rhs rows short and nearly back to back: one row at a time streams them best
         row_bytes = arith.MulIOp(N, cst(in_bytes)).result
@@ -487,13 +508,14 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
         return arith.AddIOp(slot_base, arith.MulIOp(lin, cst(slot_bytes)).result).result
 
     def rows(outer, k0, count, prefetch=False):
-        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] for k = k0, ..., k0+count-1, in order
+        """acc[b, i, :] += lhs[b, i, k] * rhs[b, k, :] for each row i of outer = (b, [i, ...])
+        and k = k0, ..., k0+count-1, in order, each rhs vector loaded once for all the rows
         (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused); with
         `prefetch` (one row a step), each vector step also prefetches its lines
         `rows_ahead` rows past it."""
-        b = outer[:-1]
+        b, ii = outer
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
-        xs = [widen(memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result) for k in ks]
+        xs = [[widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result) for k in ks] for i in ii]
         if prefetch:  # the row's lines `rows_ahead` rows past it (the last row at most)
             assert count == 1, "only steps of one row prefetch"
             aheads = [arith.MinUIOp(arith.AddIOp(k0, rows_ahead).result, K_last).result]
@@ -505,25 +527,27 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
                 load = lambda m, ix: vector.LoadOp(vt, m, ix).result
                 rhs_load = lambda t, ix: vector.LoadOp(t, rhs, ix).result
                 store = lambda v, m, ix: vector.StoreOp(v, m, ix)
-                xv = [vector.BroadcastOp(vt, x).result for x in xs]
+                xv = [[vector.BroadcastOp(vt, x).result for x in row] for row in xs]
             else:
                 load = lambda m, ix: memref.LoadOp(m, ix).result
                 rhs_load = lambda t, ix: memref.LoadOp(rhs, ix).result
                 store = lambda v, m, ix: memref.StoreOp(v, m, ix)
                 xv = xs
-            a = load(acc, [*outer, j])
+            sums = [load(acc, [*b, i, j]) for i in ii]
             if prefetch and vt is not None:  # every line of the step: rows are back to back, the lines aligned or not
                 for ahead in aheads:
                     for off in range(0, vt.shape[0], NT_ALIGN // in_bytes):
                         memref.PrefetchOp(rhs, [*rhs_at(b), ahead, arith.AddIOp(j, cst(off)).result], False, 3, True)
-            for x, k in zip(xv, ks):
+            for u, k in enumerate(ks):
                 y = rhs_load(nvtype(vt), [*rhs_at(b), k, j])
-                a = mac(a, x, widen(y))
+                wide = widen(y)
+                sums = [mac(a, row[u], wide) for a, row in zip(sums, xv)]
                 if slot is not None and vt is not None and nontemporal:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
                 elif slot is not None:
                     memref.StoreOp(y, slot, [*b, k, j])
-            store(a, acc, [*outer, j])
+            for i, a in zip(ii, sums):
+                store(a, acc, [*b, i, j])
 
         def steps(lo, hi, w, vt, nontemporal=False):
             """Steps of w elements from lo while a whole one fits below hi; returns where they end."""
@@ -548,34 +572,40 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
         loop(end, N, one, lambda j: step(j, None, False))
 
     def rows_in_registers(outer, n_vectors):
-        """acc[outer, :] += lhs[outer, k] * rhs[b, k, :] (and, fused, slot[b, k, :] = rhs[b, k, :])
-        for every k, in order, with the row of sums (`n_vectors` vectors) carried in registers."""
-        b = outer[:-1]
-        js = [cst(v * width) for v in range(n_vectors)]
+        """acc[b, i, :] += lhs[b, i, k] * rhs[b, k, :] for each row i of outer = (b, [i, ...])
+        (and, fused, slot[b, k, :] = rhs[b, k, :]) for every k, in order, with the rows of
+        sums (`n_vectors` lines each) carried in registers, each rhs vector loaded once."""
+        b, ii = outer
+        js = [cst(v * line) for v in range(n_vectors)]
+        at = [(i, j) for i in ii for j in js]  # the carried sums' places, row by row
 
         def add_row(k, *sums):
-            x = vector.BroadcastOp(vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), outer[-1], k]).result)).result
-            new = []
-            for j, a in zip(js, sums):
-                y = vector.LoadOp(nvtype(vtype), rhs, [*rhs_at(b), k, j]).result
-                new.append(mac(a, x, widen(y)))
+            xs = {i: vector.BroadcastOp(line_vtype, widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result)).result
+                  for i in ii}
+            new = list(sums)
+            for j in js:
+                y = vector.LoadOp(nvtype(line_vtype), rhs, [*rhs_at(b), k, j]).result
+                wide = widen(y)
+                for n, (i, jj) in enumerate(at):
+                    if jj is j:
+                        new[n] = mac(sums[n], xs[i], wide)
                 if slot is not None:
                     vector.StoreOp(y, slot, [*b, k, j], nontemporal=True, alignment=NT_ALIGN)
             return new
-        sums = loop(zero, K, one, add_row, [vector.LoadOp(vtype, acc, [*outer, j]).result for j in js])
-        for j, a in zip(js, sums):
-            vector.StoreOp(a, acc, [*outer, j])
+        sums = loop(zero, K, one, add_row, [vector.LoadOp(line_vtype, acc, [*b, i, j]).result for i, j in at])
+        for (i, j), a in zip(at, sums):
+            vector.StoreOp(a, acc, [*b, i, j])
 
     def vectors_in_registers(outer):
-        """N / width if the row of sums is a whole number of vectors and, when fused, every
+        """N / line if the row of sums is a whole number of lines and, when fused, every
         slot row starts on an NT_ALIGN boundary; 0 if not."""
-        bad = arith.RemUIOp(N, cst(width)).result
+        bad = arith.RemUIOp(N, cst(line)).result
         if slot is not None:
             row = arith.MulIOp(slot_strides[-2], cst(slot_bytes)).result
-            for misaligned in (slot_address(outer[:-1]), row):
+            for misaligned in (slot_address(outer[0]), row):
                 bad = arith.OrIOp(bad, arith.RemUIOp(misaligned, cst(NT_ALIGN)).result).result
         ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
-        return arith.SelectOp(ok, arith.DivUIOp(N, cst(width)).result, zero).result
+        return arith.SelectOp(ok, arith.DivUIOp(N, cst(line)).result, zero).result
 
     def in_blocks(outer, unroll, prefetch=False):
         """Every k, `unroll` rows of rhs per pass over j, then the last ones alone;
@@ -614,7 +644,9 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
             otherwise()
 
     def per_row(outer):
-        if not register_vectors:
+        """The rows of outer = (b, [i, ...]) together: sums in registers where they fit."""
+        fits = [n for n in register_vectors if n * len(outer[1]) <= max(1, most) * MULTI_ROW_REGISTERS]
+        if not fits:
             return rows_one_at_a_time(outer)
 
         def case(switch, i, n_vectors):
@@ -624,7 +656,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
         def default(switch):
             rows_one_at_a_time(outer)
             scf.YieldOp([])
-        scf.IndexSwitchOp([], vectors_in_registers(outer), register_vectors, case, default)
+        scf.IndexSwitchOp([], vectors_in_registers(outer), fits, case, default)
 
     # a register tile's vectors: `vector-bytes`, or one row of the tile if that is shorter
     # (tile-row-bytes=64, a target without AVX-512: 4 rows x 1 vector<16xf32> of sums are 8
@@ -752,7 +784,8 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
 
     def per_batch(b):
         """Whole tiles of rows (not for a fused matmul, whose copy wants each rhs row
-        once), then each remaining row alone."""
+        once), then each remaining row alone; a few rows, static and no tile, together
+        (the query rows of a grouped-query head: each row of rhs read once for them all)."""
         mr, rows_end = options.tile_rows, zero
         if use_tiles:
             rows_end = arith.SubIOp(I, arith.RemUIOp(I, cst(mr)).result).result
@@ -763,7 +796,10 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
                 with ir.InsertionPoint(if_op.then_block):
                     tiles(b, rows_end)
                     scf.YieldOp([])
-        loop(rows_end, I, one, lambda i: per_row([*b, i]))
+        n_static = acc_t.shape[-2]
+        if not use_tiles and n_static != DYN and 1 < n_static <= options.group_rows:
+            return per_row((b, [cst(i) for i in range(n_static)]))
+        loop(rows_end, I, one, lambda i: per_row((b, [i])))
 
     nest(sizes[:-2], per_batch)
 
