@@ -33,6 +33,7 @@ from .copies_to_linalg import CopiesToLinalg
 from .exp_to_arith import ExpToArith
 from .fence_nontemporal import FenceNontemporal
 from .fuse_concat_matmul import FuseConcatMatmul
+from .in_place_copies import InPlaceCopies
 from .matmul_loops import MatmulLoops
 from .reuse_dying_operands import ReuseDyingOperands
 from .split_k import SplitK
@@ -53,6 +54,7 @@ PASSES: tuple[Pass, ...] = (
     TransposedViews(),
     SplitK(),
     Threads(),
+    InPlaceCopies(),
     MatmulLoops(),
     SumLoops(),
     BroadcastLoops(),
