@@ -7,7 +7,8 @@ element over k in ascending order as fmul then fadd, as the reference body does,
 -O3 and -O0 give the same bits: F32, and F16/BF16 widened to F32 sums and rounded once.
 The sizes: P = 1, 3 (fewer rows than a tile), 4, 5, 33 (whole tiles and a rest); K and N
 not multiples of a vector, N below one vector, one block, and past several; K past one
-block of k; symbolic and static dims; strided views (row stride > N); broadcast batches.
+block of k; rows a multiple of 4 KiB apart (tiles read a copy) and not (tiles read them in
+place); symbolic and static dims; strided views (row stride > N); broadcast batches.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ let f = fn[T](x: tensor<T, [B, P, K], @host>, w: tensor<T, [K, N], @host>) -> (t
 DTYPES = {"F32": np.dtype(np.float32), "F16": np.dtype(np.float16), "BF16": np.dtype(ml_dtypes.bfloat16)}
 # (P, K, N): decode rows and tiles, odd K and N, N < one vector (32 F32), < one tile block (96), > several
 SHAPES = [(1, 5, 3), (1, 576, 192), (1, 33, 577), (3, 17, 100), (4, 8, 32), (5, 9, 129), (33, 65, 200),
-          (8, 600, 96), (6, 1, 40), (2, 40, 7), (9, 16, 1000)]
+          (8, 600, 96), (6, 1, 40), (2, 40, 7), (9, 16, 1000), (5, 24, 1024)]
 
 
 # matmul-loops alone: split-k, which sums a decode row's k in chunks (another order than -O0's:
@@ -72,10 +73,11 @@ def test_static_dims_agree_at_O0_and_O3(T, P, K, N):
 @pytest.mark.parametrize("T", ["F32", "F16"])
 def test_strided_views_agree_at_O0_and_O3(T):
     """Operands whose rows are farther apart than their length (a slice of a wider array):
-    the loops read them at their own strides."""
+    the loops read them at their own strides (register tiles: from a copy where the rows
+    are a multiple of 4 KiB apart, the last case, else in place)."""
     o3, o0 = _compile(MATMUL, 3, T), _compile(MATMUL, 0, T)
-    for i, (P, K, N) in enumerate([(1, 100, 70), (5, 33, 129), (33, 64, 40)]):
-        xb, wb = _inputs([(P, K + 3), (K, N + 67)], DTYPES[T], i)
+    for i, (P, K, N, row) in enumerate([(1, 100, 70, 137), (5, 33, 129, 196), (33, 64, 40, 107), (9, 20, 200, 2048)]):
+        xb, wb = _inputs([(P, K + 3), (K, row)], DTYPES[T], i)
         x, w = xb[:, 1:K + 1], wb[:, 5:N + 5]
         assert w.strides[0] != N * w.itemsize
         assert_same(o3(x, w)[0], o0(x, w)[0], what=f"{T} P={P} K={K} N={N} strided")

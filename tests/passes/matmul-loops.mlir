@@ -576,45 +576,67 @@ func.func @not_matmuls(%q: memref<1x16xf32>, %k: memref<16x40xf32>, %acc: memref
 
 // Rows in register tiles (prefill): rows 0-7 of 9 in tiles of 4 rows x 3 vectors, the
 // 12 vectors of sums carried through a k loop over a block of at most 512 rhs rows.
-// Each block of rhs (k rows x 96 columns) is first copied to a stack buffer, rows back
-// to back (rhs rows a power of two apart would share a few cache sets); each of its
-// vectors is then loaded once per k for all 4 rows. Columns 96-99, a partial block,
-// are masked (nothing past N is read or written); row 8 goes alone, as a decode row.
+// Where rhs rows are a multiple of 4096 bytes apart (checked at run time: they would
+// share a few cache sets), each block of rhs (k rows x 96 columns) is first copied to a
+// stack buffer, rows back to back; elsewhere the tiles read rhs in place. Either way each
+// of the block's vectors is loaded once per k for all 4 rows. Columns 96-99, a partial
+// block, are masked (nothing past N is read or written); row 8 goes alone, as a decode row.
 // CHECK-LABEL: func.func @tiles(
 // CHECK-SAME:    %[[X:[^:]+]]: memref<9x16xf32>, %[[W:[^:]+]]: memref<16x100xf32>, %[[ACC:[^:]+]]: memref<9x100xf32>)
 // CHECK:         %[[PACK:.+]] = memref.alloca() : memref<16x96xf32>
+// CHECK:         %c4096 = arith.constant 4096 : index
+// CHECK-NEXT:    %[[APART:.+]] = arith.remui %{{.+}}, %c4096 : index
+// CHECK-NEXT:    %[[ALIASED:.+]] = arith.cmpi eq, %[[APART]], %c0 : index
 // CHECK:         %[[REM:.+]] = arith.remui %{{.+}}, %{{.+}} : index
 // CHECK-NEXT:    %[[ROWS:.+]] = arith.subi %{{.+}}, %[[REM]] : index
 // CHECK:         scf.for %[[KB:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
 // CHECK:           %[[KEND:.+]] = arith.minui
 // CHECK-NEXT:      scf.for %[[JB:.+]] = %{{.+}} to %[[FULL:.+]] step %{{.+}} {
-// CHECK:             scf.for %[[KC:.+]] = %[[KB]] to %[[KEND]] step %{{.+}} {
-// CHECK-NEXT:          %[[ROW:.+]] = arith.subi %[[KC]], %[[KB]] : index
-// CHECK-NEXT:          %[[C0:.+]] = vector.load %[[W]][%[[KC]], %{{.+}}] : memref<16x100xf32>, vector<32xf32>
-// CHECK:               vector.store %[[C0]], %[[PACK]][%[[ROW]], %{{.+}}] : memref<16x96xf32>, vector<32xf32>
-// CHECK:             scf.for %[[I:.+]] = %{{.+}} to %[[ROWS]] step %{{.+}} {
-// CHECK:               %[[A:.+]]:12 = scf.for %[[K:.+]] = %[[KB]] to %[[KEND]] step %{{.+}} iter_args(%[[S0:[^ ]+]] = {{.+}}) -> (vector<32xf32>, {{.+}}) {
-// CHECK-NEXT:            %[[R:.+]] = arith.subi %[[K]], %[[KB]] : index
-// CHECK-NEXT:            %[[Y0:.+]] = vector.load %[[PACK]][%[[R]], %{{.+}}] : memref<16x96xf32>, vector<32xf32>
-// CHECK-NEXT:            %[[Y1:.+]] = vector.load %[[PACK]][%[[R]],
-// CHECK-NEXT:            %[[Y2:.+]] = vector.load %[[PACK]][%[[R]],
-// CHECK-NEXT:            %[[X0:.+]] = memref.load %[[X]][%[[I]], %[[K]]]
-// CHECK-NEXT:            %[[V0:.+]] = vector.broadcast %[[X0]]
-// CHECK-NEXT:            %[[P0:.+]] = arith.mulf %[[V0]], %[[Y0]] : vector<32xf32>
-// CHECK-NEXT:            %{{.+}} = arith.addf %[[S0]], %[[P0]] : vector<32xf32>
-// CHECK-COUNT-3:         memref.load %[[X]]
-// CHECK:                 scf.yield
-// CHECK-COUNT-12:      vector.store %{{.+}}, %[[ACC]]
+// CHECK-NEXT:        scf.if %[[ALIASED]] {
+// CHECK:               scf.for %[[KC:.+]] = %[[KB]] to %[[KEND]] step %{{.+}} {
+// CHECK-NEXT:            %[[ROW:.+]] = arith.subi %[[KC]], %[[KB]] : index
+// CHECK-NEXT:            %[[C0:.+]] = vector.load %[[W]][%[[KC]], %{{.+}}] : memref<16x100xf32>, vector<32xf32>
+// CHECK:                 vector.store %[[C0]], %[[PACK]][%[[ROW]], %{{.+}}] : memref<16x96xf32>, vector<32xf32>
+// CHECK:               scf.for %[[I:.+]] = %{{.+}} to %[[ROWS]] step %{{.+}} {
+// CHECK:                 %[[A:.+]]:12 = scf.for %[[K:.+]] = %[[KB]] to %[[KEND]] step %{{.+}} iter_args(%[[S0:[^ ]+]] = {{.+}}) -> (vector<32xf32>, {{.+}}) {
+// CHECK-NEXT:              %[[R:.+]] = arith.subi %[[K]], %[[KB]] : index
+// CHECK-NEXT:              %[[Y0:.+]] = vector.load %[[PACK]][%[[R]], %{{.+}}] : memref<16x96xf32>, vector<32xf32>
+// CHECK-NEXT:              %[[Y1:.+]] = vector.load %[[PACK]][%[[R]],
+// CHECK-NEXT:              %[[Y2:.+]] = vector.load %[[PACK]][%[[R]],
+// CHECK-NEXT:              %[[X0:.+]] = memref.load %[[X]][%[[I]], %[[K]]]
+// CHECK-NEXT:              %[[V0:.+]] = vector.broadcast %[[X0]]
+// CHECK-NEXT:              %[[P0:.+]] = arith.mulf %[[V0]], %[[Y0]] : vector<32xf32>
+// CHECK-NEXT:              %{{.+}} = arith.addf %[[S0]], %[[P0]] : vector<32xf32>
+// CHECK-COUNT-3:           memref.load %[[X]]
+// CHECK:                   scf.yield
+// CHECK-COUNT-12:        vector.store %{{.+}}, %[[ACC]]
+// CHECK:             } else {
+// CHECK-NOT:           %[[PACK]]
+// CHECK:               scf.for %[[I2:.+]] = %{{.+}} to %[[ROWS]] step %{{.+}} {
+// CHECK:                 %{{.+}}:12 = scf.for %[[K2:.+]] = %[[KB]] to %[[KEND]] step %{{.+}} iter_args(%{{.+}}) -> (vector<32xf32>, {{.+}}) {
+// CHECK-NEXT:              %{{.+}} = vector.load %[[W]][%[[K2]], %[[JB]]] : memref<16x100xf32>, vector<32xf32>
+// CHECK-NEXT:              %{{.+}} = vector.load %[[W]][%[[K2]],
+// CHECK-NEXT:              %{{.+}} = vector.load %[[W]][%[[K2]],
+// CHECK-NEXT:              %{{.+}} = memref.load %[[X]][%[[I2]], %[[K2]]]
+// CHECK:                   scf.yield
+// CHECK-COUNT-12:        vector.store %{{.+}}, %[[ACC]]
 // CHECK:           scf.for %[[JT:.+]] = %[[FULL]] to %{{.+}} step %{{.+}} {
-// CHECK:             vector.create_mask
-// CHECK:             scf.for
-// CHECK:               vector.maskedload %[[W]]
-// CHECK:               vector.store %{{.+}}, %[[PACK]]
-// CHECK:             scf.for
-// CHECK:               vector.maskedload %[[ACC]]
+// CHECK-NEXT:        scf.if %[[ALIASED]] {
+// CHECK:               vector.create_mask
 // CHECK:               scf.for
-// CHECK:                 vector.load %[[PACK]]
-// CHECK:               vector.maskedstore
+// CHECK:                 vector.maskedload %[[W]]
+// CHECK:                 vector.store %{{.+}}, %[[PACK]]
+// CHECK:               scf.for
+// CHECK:                 vector.maskedload %[[ACC]]
+// CHECK:                 scf.for
+// CHECK:                   vector.load %[[PACK]]
+// CHECK:                 vector.maskedstore
+// CHECK:             } else {
+// CHECK:               scf.for
+// CHECK:                 vector.maskedload %[[ACC]]
+// CHECK:                 scf.for
+// CHECK:                   vector.maskedload %[[W]]
+// CHECK:                 vector.maskedstore
 // CHECK:         scf.for %{{.+}} = %[[ROWS]] to %{{.+}} step %{{.+}} {
 // CHECK-NEXT:      scf.if
 // CHECK:         return

@@ -42,9 +42,10 @@ A matmul with at least `tile-rows` rows (prefill, x[P, K] @ W[K, N]) takes its r
 register tiles first: for each block of `tile-k-rows` rhs rows and each block of
 columns (`tile-row-bytes` of sums per row), every tile of rows in turn, so that block
 of rhs is read from cache by all of them (from a copy on the stack with its rows back
-to back, `pack`: rhs rows a power of two apart, N = 512 or 4096, would share a few
-cache sets and evict each other; the copy is in the sums' type, so F16 or BF16
-weights are widened once as copied, not once per tile of rows; F16 or BF16 rows of
+to back, `pack`, where its rows are a multiple of 4 KiB apart, checked at run time: they
+would share a few cache sets and evict each other, and 256x512x4096 ran at half the
+rate; elsewhere copying cost more than it saved. The copy is in the sums' type, so F16
+or BF16 weights are always copied, widened once, not once per tile of rows; F16 or BF16 rows of
 lhs likewise go to a small F32 copy, a tile's rows of the block, before its k loop);
 the tile's sums stay in vector registers
 while k runs over the block, each rhs vector loaded once per k for all the tile's
@@ -154,6 +155,7 @@ from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, d
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
 # rows taken together (group-rows) keep their sums in registers while those total at most this
 # many times one row's most (register-row-bytes)
+PACK_ALIAS_BYTES = 4096  # rhs rows a multiple of this apart share cache sets: a register tile reads a copy
 MULTI_ROW_REGISTERS = 2
 
 
@@ -195,7 +197,8 @@ class MatmulLoops(KinaPass):
                                  expected=f"a multiple of {NT_ALIGN} up to 4096")
     tile_k_rows: int = option(512, "rhs rows per block of a register tile's k loop (the block of rhs cached while "
                               "every tile of rows reads it)", check=lambda n: n >= 1, expected="an integer >= 1")
-    pack: bool = option(True, "register tiles read each block of rhs from a copy with its rows back to back")
+    pack: bool = option(True, "register tiles read each block of rhs from a copy with its rows back to back "
+                        "where rhs is narrower than the sums or its rows are a multiple of 4 KiB apart")
     fma: bool = option(False, "fused multiply-adds (one rounding per k): faster GEMMs, but not the bits of -O0")
     step_rows: int = option(4, "rhs rows one step of the one-row-at-a-time loops adds, in order, into its "
                             "vector of sums, loaded and stored once for all of them (a widening matmul: one, "
@@ -757,9 +760,22 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
             k_hi = arith.MinUIOp(arith.AddIOp(k_lo, kc).result, K).result
             for lo, hi, masked in ((zero, full, False), (full, N, True)):
                 def column_block(jb, masked=masked):
-                    if packed is not None:
+                    def packed_tiles():
                         pack(jb, masked, k_lo, k_hi)
-                    loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, packed))
+                        loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, packed))
+
+                    def direct_tiles():
+                        loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, None))
+                    if packed is None:
+                        direct_tiles()
+                    elif pack_aliased is None:
+                        packed_tiles()
+                    else:  # copied only where the rows are a multiple of PACK_ALIAS_BYTES apart
+                        if_op = scf.IfOp(pack_aliased, has_else=True)
+                        for block, body in ((if_op.then_block, packed_tiles), (if_op.else_block, direct_tiles)):
+                            with ir.InsertionPoint(block):
+                                body()
+                                scf.YieldOp([])
                 loop(lo, hi, bw, column_block)
         loop(zero, K, kc, k_block)
 
@@ -776,6 +792,16 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
     # masked BF16 vector load, on x86 without AVX-512, through __truncsfbf2 (not in every libgcc)
     bf16 = str(narrow) == "bf16"
     pack_buffer = stack_buffer(pack_type) if use_tiles and (options.pack or bf16) else None
+    # rhs of the sums' own type is copied only where its rows are a multiple of
+    # PACK_ALIAS_BYTES apart (known at run time: a weight's columns split by threads keep its
+    # stride): elsewhere the tiles read it in place, faster than copying it first (the Intel
+    # VM: 32x512x512 F32, 101 -> 127 GFLOP/s; 256x1536x576, 146 -> 170); a narrow one
+    # is always copied, widened once for all the tiles
+    pack_aliased = None
+    if pack_buffer is not None and narrow == elt:
+        stride_bytes = arith.MulIOp(rhs_k_stride, cst(elt_bytes)).result
+        pack_aliased = arith.CmpIOp(arith.CmpIPredicate.eq, arith.RemUIOp(stride_bytes, cst(PACK_ALIAS_BYTES)).result,
+                                    zero).result
     # a narrow lhs (F16 activations): each tile's rows of a block of k, widened once for all the
     # tile's columns (widening each scalar as the k loop reads it cost as much as the multiplies)
     lhs_elt = ir.MemRefType(lhs.type).element_type
