@@ -575,7 +575,7 @@ func.func @not_matmuls(%q: memref<1x16xf32>, %k: memref<16x40xf32>, %acc: memref
 }
 
 // Rows in register tiles (prefill): rows 0-7 of 9 in tiles of 4 rows x 3 vectors, the
-// 12 vectors of sums carried through a k loop over a block of at most 512 rhs rows.
+// 12 vectors of sums carried through a k loop over a block of at most 128 rhs rows.
 // Where rhs rows are a multiple of 4096 bytes apart (checked at run time: they would
 // share a few cache sets), each block of rhs (k rows x 96 columns) is first copied to a
 // stack buffer, rows back to back; elsewhere the tiles read rhs in place. Either way each

@@ -195,7 +195,7 @@ class MatmulLoops(KinaPass):
                             "(1: no tiles)", check=_at_least_1, expected="an integer from 1 to 64")
     tile_row_bytes: int = option(384, "the sums of one row of a register tile", check=_whole_lines,
                                  expected=f"a multiple of {NT_ALIGN} up to 4096")
-    tile_k_rows: int = option(512, "rhs rows per block of a register tile's k loop (the block of rhs cached while "
+    tile_k_rows: int = option(128, "rhs rows per block of a register tile's k loop (the block of rhs cached while "
                               "every tile of rows reads it)", check=lambda n: n >= 1, expected="an integer >= 1")
     pack: bool = option(True, "register tiles read each block of rhs from a copy with its rows back to back "
                         "where rhs is narrower than the sums or its rows are a multiple of 4 KiB apart")
@@ -219,7 +219,7 @@ class MatmulLoops(KinaPass):
             and shared by every matmul there that wants one (they run one after another; each
             thread of a threaded entry has its own): a function of many matmuls, or a threaded
             entry's loop that claims part after part, would otherwise keep one per matmul or per
-            part (192 KiB each) until it returns, and overflow the stack."""
+            part (48 KiB each, 192 at tile-k-rows=512) until it returns, and overflow the stack."""
             fn = op.operation
             while fn.name != "func.func":
                 fn = fn.parent
