@@ -153,9 +153,9 @@ from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, d
     same_memory, stride_of, transposed_view, unit_innermost
 
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
+PACK_ALIAS_BYTES = 4096  # rhs rows a multiple of this apart share cache sets: a register tile reads a copy
 # rows taken together (group-rows) keep their sums in registers while those total at most this
 # many times one row's most (register-row-bytes)
-PACK_ALIAS_BYTES = 4096  # rhs rows a multiple of this apart share cache sets: a register tile reads a copy
 MULTI_ROW_REGISTERS = 2
 
 
