@@ -760,21 +760,17 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
             k_hi = arith.MinUIOp(arith.AddIOp(k_lo, kc).result, K).result
             for lo, hi, masked in ((zero, full, False), (full, N, True)):
                 def column_block(jb, masked=masked):
-                    def packed_tiles():
-                        pack(jb, masked, k_lo, k_hi)
-                        loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, packed))
-
-                    def direct_tiles():
-                        loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, None))
-                    if packed is None:
-                        direct_tiles()
-                    elif pack_aliased is None:
-                        packed_tiles()
+                    def tiles_from(src):  # src: the block's copy (packed first), or None for rhs in place
+                        if src is not None:
+                            pack(jb, masked, k_lo, k_hi)
+                        loop(zero, rows_end, step, lambda i: tile(b, i, mr, jb, nv, masked, k_lo, k_hi, src))
+                    if packed is None or pack_aliased is None:
+                        tiles_from(packed)
                     else:  # copied only where the rows are a multiple of PACK_ALIAS_BYTES apart
                         if_op = scf.IfOp(pack_aliased, has_else=True)
-                        for block, body in ((if_op.then_block, packed_tiles), (if_op.else_block, direct_tiles)):
+                        for block, src in ((if_op.then_block, packed), (if_op.else_block, None)):
                             with ir.InsertionPoint(block):
-                                body()
+                                tiles_from(src)
                                 scf.YieldOp([])
                 loop(lo, hi, bw, column_block)
         loop(zero, K, kc, k_block)
