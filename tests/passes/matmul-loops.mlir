@@ -2,6 +2,7 @@
 // RUN: kinac opt %s --passes 'matmul-loops{fma=true}' | FileCheck %s --check-prefix=FMA
 // RUN: kinac opt %s --passes 'matmul-loops{group-rows=1}' | FileCheck %s --check-prefix=STEP
 // RUN: kinac opt %s --passes matmul-loops | FileCheck %s --check-prefix=GROUP
+// RUN: kinac opt %s --passes 'matmul-loops{step-rows=1 group-rows=1 prefetch-level=1}' | FileCheck %s --check-prefix=L1
 
 // After bufferization each matmul linalg.generic on memrefs of one element type
 // becomes explicit loops: per row, vector<32xf32> steps over j that read 8 rhs
@@ -744,8 +745,8 @@ func.func @two_tiled(%x: memref<8x16xf32>, %w: memref<16x96xf32>, %a: memref<8x9
 
 // Fewer rows than a tile (decode, 3 rows) take no tiles. One rhs row at a time, each
 // vector step prefetches its lines the whole rows ahead that cover prefetch-bytes
-// (2048 here: 3 rows of 768 bytes), clamped to K - 1; the 8-rows-at-a-time
-// loops do not prefetch.
+// (2048 here: 3 rows of 768 bytes), clamped to K - 1, into L2 (prefetch-level=2:
+// locality<2>, prefetcht1); the 8-rows-at-a-time loops do not prefetch.
 // CHECK-LABEL: func.func @prefetch(
 // CHECK-SAME:    %[[X:[^:]+]]: memref<3x16xf32>, %[[W:[^:]+]]: memref<16x192xf32>, %[[ACC:[^:]+]]: memref<3x192xf32>)
 // CHECK-NOT:     iter_args
@@ -760,13 +761,18 @@ func.func @two_tiled(%x: memref<8x16xf32>, %w: memref<16x96xf32>, %a: memref<8x9
 // CHECK-NEXT:        %[[KP:.+]] = arith.minui %[[KA]], %{{.+}} : index
 // CHECK:             scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
 // CHECK:               %[[J0:.+]] = arith.addi %[[J]], %{{.+}} : index
-// CHECK-NEXT:          memref.prefetch %[[W]][%[[KP]], %[[J0]]], read, locality<3>, data : memref<16x192xf32>
+// CHECK-NEXT:          memref.prefetch %[[W]][%[[KP]], %[[J0]]], read, locality<2>, data : memref<16x192xf32>
 // CHECK:               %[[J1:.+]] = arith.addi %[[J]], %{{.+}} : index
-// CHECK-NEXT:          memref.prefetch %[[W]][%[[KP]], %[[J1]]], read, locality<3>, data : memref<16x192xf32>
+// CHECK-NEXT:          memref.prefetch %[[W]][%[[KP]], %[[J1]]], read, locality<2>, data : memref<16x192xf32>
 // CHECK-NEXT:          vector.load %[[W]][%[[K]], %[[J]]] : memref<16x192xf32>, vector<32xf32>
 // CHECK:           } else {
 // CHECK-NOT:         memref.prefetch
 // CHECK:         return
+// prefetch-level=1: into L1 as well (prefetcht0).
+// L1-LABEL: func.func @prefetch(
+// L1:         memref.prefetch %{{.+}}, read, locality<3>, data : memref<16x192xf32>
+// L1-NOT:     locality<2>
+// L1-LABEL: func.func @
 func.func @prefetch(%x: memref<3x16xf32>, %w: memref<16x192xf32>, %acc: memref<3x192xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
       ins(%x, %w : memref<3x16xf32>, memref<16x192xf32>) outs(%acc : memref<3x192xf32>) {

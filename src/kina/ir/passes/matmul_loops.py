@@ -37,6 +37,8 @@ floor"). A step of several rows reads that many streams side by side, which the
 hardware keeps ahead of: there the prefetches only cost (on the Zen 5 VM, weights in
 huge pages: 0-26% of a projection's time, 10-17% of a SmolLM F32 decode step;
 docs/performance.md, "Prefetches only for one row a step"), so those steps have none.
+The prefetches fill L2 (`prefetch-level=2`, prefetcht1), not L1: on two threads an F16
+projection's row read 11% faster so (docs/performance.md, "Prefetches into L2").
 
 A matmul with at least `tile-rows` rows (prefill, x[P, K] @ W[K, N]) takes its rows in
 register tiles first: for each block of `tile-k-rows` rhs rows and each block of
@@ -191,6 +193,9 @@ class MatmulLoops(KinaPass):
     prefetch_bytes: int = option(2048, "how far ahead, in bytes of rhs (whole rows, at least one), the "
                                  "one-row-at-a-time loops prefetch in steps of one row (0: never)",
                                  check=_non_negative, expected="an integer >= 0")
+    prefetch_level: int = option(2, "the cache those prefetches fill: 1 (L1 and out, prefetcht0), 2 (L2 and out, "
+                                 "prefetcht1) or 3 (the last level, prefetcht2)",
+                                 check=lambda n: 1 <= n <= 3, expected="1, 2 or 3")
     tile_rows: int = option(4, "output rows a register tile holds: a matmul's rows in whole tiles, the rest one by one "
                             "(1: no tiles)", check=_at_least_1, expected="an integer from 1 to 64")
     tile_row_bytes: int = option(384, "the sums of one row of a register tile", check=_whole_lines,
@@ -540,7 +545,8 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
             if prefetch and vt is not None:  # every line of the step: rows are back to back, the lines aligned or not
                 for ahead in aheads:
                     for off in range(0, vt.shape[0], NT_ALIGN // in_bytes):
-                        memref.PrefetchOp(rhs, [*rhs_at(b), ahead, arith.AddIOp(j, cst(off)).result], False, 3, True)
+                        memref.PrefetchOp(rhs, [*rhs_at(b), ahead, arith.AddIOp(j, cst(off)).result], False,
+                                          4 - options.prefetch_level, True)
             for u, k in enumerate(ks):
                 y = rhs_load(nvtype(vt), [*rhs_at(b), k, j])
                 wide = widen(y)
