@@ -31,6 +31,12 @@ let mlp = fn(x: tensor<F32, [1, 1, K], @host>, g: tensor<F32, [1, 1, K], @host>,
   (h * sigmoid(h) @ w2)
 }
 
+let rows = fn(x: tensor<F32, [1, P, K], @host>, g: tensor<F32, [1, 1, K], @host>,
+              w: tensor<F32, [K, N], @host>) -> (tensor<F32, [1, P, N], @host>) {
+  let a = x * broadcast(rsqrt(mean(x * x, axis=2))) * broadcast(g);
+  (a * sigmoid(a) @ w)
+}
+
 let attend = fn(q: tensor<F32, [1, H, 1, D], @host>, k: tensor<F32, [1, H, D, S], @host>,
                 v: tensor<F32, [1, H, S, D], @host>) -> (tensor<F32, [1, H, 1, D], @host>) {
   (softmax(q @ k, axis=3) @ v)
@@ -69,6 +75,19 @@ def test_mlp_is_bit_identical_on_any_thread_count(symbolic, K, N, M, threads):
     (want,) = symbolic.mlp(*args, threads=1)
     (got,) = threaded_results(symbolic.mlp, args, threads)
     assert got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("P", [1, 5, 17, 33, 130])
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_row_wise_ops_run_as_one_task_with_the_same_bits(symbolic, P, threads):
+    """`rows`' ops before the matmul are cut along P and run as one task (threads{fuse}):
+    each part's rows through all of them in turn."""
+    rng = np.random.default_rng(P)
+    K, N = 576, 384
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(1, P, K), (1, 1, K), (K, N)]]
+    (want,) = symbolic.rows(*args, threads=1)
+    (got,) = threaded_results(symbolic.rows, args, threads)
+    assert got.shape == (1, P, N) and np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("S", [0, 1, 33, 4099])

@@ -1,5 +1,6 @@
 // RUN: kinac opt %s --passes threads | FileCheck %s
 // RUN: kinac opt %s --passes 'threads{copy=false}' | FileCheck %s --check-prefix=CALL
+// RUN: kinac opt %s --passes 'threads{fuse=false}' | FileCheck %s --check-prefix=NOFUSE
 
 // Each exported function gains a threaded entry that every thread of a call runs.
 // Its ops that touch memory are tasks: a small op is one part, run by whichever
@@ -219,6 +220,106 @@ func.func @kina_heads(%p: memref<1x8x1x?xf32, strided<[?, ?, ?, 1], offset: ?>>,
     %m = arith.mulf %a, %b : f32
     %s = arith.addf %acc, %m : f32
     linalg.yield %s : f32
+  }
+  return
+}
+
+// A prefill's row-wise ops with P symbolic (x * x, its sum over each row, x times that
+// sum) are all cut along P, and each reads only the rows of what the ones before it
+// wrote: they run as one task, each part the three ops on its rows, in order, with one
+// wait after them, not one after each. The chain's parts are whole lines of its
+// narrowest output (the sums, [1, P]: 16 rows). The matmul after them reads all of y, so
+// it is a task of its own, after a wait. With fuse=false each op is a task.
+// CHECK-LABEL: func.func @kina_chain_threaded(
+// CHECK:         %[[SQ:.+]] = memref.view %arg5[%{{.+}}][%{{.+}}] : memref<?xi8> to memref<1x?x576xf32>
+// CHECK:         %[[S:.+]] = memref.view %arg5[%{{.+}}][%{{.+}}] : memref<?xi8> to memref<1x?xf32>
+// CHECK:         %[[Y:.+]] = memref.view %arg5[%{{.+}}][%{{.+}}] : memref<?xi8> to memref<1x?x576xf32>
+// CHECK:         %[[CHUNKS:.+]] = arith.ceildivui %{{.+}}, %c16 : index
+// CHECK:         scf.while
+// CHECK:         ^bb0(%[[C:.+]]: index):
+// CHECK:           %[[LO_UNITS:.+]] = arith.muli %[[CHUNKS]], %[[C]] : index
+// CHECK:           %[[X1:.+]] = memref.subview %arg0[0, %[[LO:.+]], 0] [1, %[[N:.+]], 576] [1, 1, 1]
+// CHECK:           %[[SQ1:.+]] = memref.subview %[[SQ]][0, %[[LO]], 0] [1, %[[N]], 576] [1, 1, 1]
+// CHECK:           linalg.generic {{.*}} ins(%[[X1]] : {{.*}} outs(%[[SQ1]] :
+// CHECK:           %[[SQ2:.+]] = memref.subview %[[SQ]][0, %[[LO]], 0] [1, %[[N]], 576] [1, 1, 1]
+// CHECK:           %[[S2:.+]] = memref.subview %[[S]][0, %[[LO]]] [1, %[[N]]] [1, 1]
+// CHECK:           linalg.fill ins(%{{.+}} : f32) outs(%[[S2]] :
+// CHECK:           linalg.generic {{.*}} ins(%[[SQ2]] : {{.*}} outs(%[[S2]] :
+// CHECK:           %[[Y3:.+]] = memref.subview %[[Y]][0, %[[LO]], 0] [1, %[[N]], 576] [1, 1, 1]
+// CHECK:           linalg.generic {{.*}} outs(%[[Y3]] :
+// CHECK-NEXT:      ^bb0
+// CHECK:           func.call @kina_done
+// CHECK-NEXT:      scf.yield
+// CHECK-NOT:       linalg.
+// CHECK:         call @kina_wait
+// CHECK:         scf.while
+// CHECK:           linalg.fill
+// CHECK:           linalg.generic {{.*}} ins(%[[Y]], %{{.+}} :
+// CHECK:         return
+// NOFUSE-LABEL: func.func @kina_chain_threaded(
+// NOFUSE-COUNT-4: scf.while
+// NOFUSE-NOT:     scf.while
+// NOFUSE:         return
+#row3 = affine_map<(b, p, d) -> (b, p)>
+func.func @kina_chain(%x: memref<1x?x576xf32, strided<[?, ?, 1], offset: ?>>, %w: memref<576x1536xf32, strided<[?, 1], offset: ?>>, %out0: memref<1x?x1536xf32, strided<[?, ?, 1], offset: ?>>) attributes {llvm.emit_c_interface} {
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %p = memref.dim %x, %c1 : memref<1x?x576xf32, strided<[?, ?, 1], offset: ?>>
+  %sq = memref.alloc(%p) : memref<1x?x576xf32>
+  linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : memref<1x?x576xf32, strided<[?, ?, 1], offset: ?>>) outs(%sq : memref<1x?x576xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  %s = memref.alloc(%p) : memref<1x?xf32>
+  linalg.fill ins(%zero : f32) outs(%s : memref<1x?xf32>)
+  linalg.generic {indexing_maps = [#id3, #row3], iterator_types = ["parallel", "parallel", "reduction"]} ins(%sq : memref<1x?x576xf32>) outs(%s : memref<1x?xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.addf %o, %a : f32
+    linalg.yield %m : f32
+  }
+  %y = memref.alloc(%p) : memref<1x?x576xf32>
+  linalg.generic {indexing_maps = [#id3, #row3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %s : memref<1x?x576xf32, strided<[?, ?, 1], offset: ?>>, memref<1x?xf32>) outs(%y : memref<1x?x576xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x?x1536xf32, strided<[?, ?, 1], offset: ?>>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%y, %w : memref<1x?x576xf32>, memref<576x1536xf32, strided<[?, 1], offset: ?>>) outs(%out0 : memref<1x?x1536xf32, strided<[?, ?, 1], offset: ?>>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// The same cut (rows, 4 parts of 64) but the second op reads the first's output
+// transposed: its part c reads a piece of every part's rows, so it waits for all of
+// them, in a task of its own.
+// CHECK-LABEL: func.func @kina_transposed_threaded(
+// CHECK:         scf.while
+// CHECK:           linalg.generic
+// CHECK:           func.call @kina_done
+// CHECK-NOT:       linalg.generic
+// CHECK:         call @kina_wait
+// CHECK:         scf.while
+// CHECK:           memref.subview %arg1[0, %{{.+}}, 0] [1, 64, 256]
+// CHECK:           linalg.generic
+// CHECK:         return
+#sq3 = affine_map<(b, p, q) -> (b, p, q)>
+func.func @kina_transposed(%x: memref<1x256x256xf32>, %out0: memref<1x256x256xf32>) attributes {llvm.emit_c_interface} {
+  %y = memref.alloc() : memref<1x256x256xf32>
+  linalg.generic {indexing_maps = [#sq3, #sq3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : memref<1x256x256xf32>) outs(%y : memref<1x256x256xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  %t = memref.transpose %y (b, p, q) -> (b, q, p) : memref<1x256x256xf32> to memref<1x256x256xf32, strided<[65536, 1, 256]>>
+  linalg.generic {indexing_maps = [#sq3, #sq3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%t : memref<1x256x256xf32, strided<[65536, 1, 256]>>) outs(%out0 : memref<1x256x256xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.addf %a, %a : f32
+    linalg.yield %m : f32
   }
   return
 }

@@ -55,7 +55,26 @@ left. Before a task that reads a buffer an earlier task wrote, or writes one it 
 or wrote, every thread waits until that task's parts are all done (`kina_wait`).
 Nothing waits for a thread to arrive, so a thread the system has not scheduled yet
 takes no part and delays no one (kina_threads.c, linked into the .so, has the three
-functions). Buffers are told apart by their root (a parameter, or a temporary,
+functions). Consecutive split ops cut along loops of the same extent, into the same parts, are one
+task (`fuse`) when every buffer one of them writes and another touches is cut along the
+same dim of it in both (through subviews from 0, reshapes that keep that dim, casts): a
+part then runs each op on its range in turn, and reads only what the same part of the
+ops before it wrote. A prefill's RMSNorm (x * x, its mean per row, x times its rsqrt,
+times the weight) is then one task cut along the prompt's rows, not four:
+
+      scf.while (%c = call @kina_claim(task 0)) < %parts {   // rows [%lo, %lo + %n)
+        linalg.generic ins(subview %x[0, %lo, 0]) outs(subview %sq[0, %lo, 0])      // x * x
+        linalg.fill outs(subview %m[0, %lo])
+        linalg.generic ins(subview %sq[0, %lo, 0]) outs(subview %m[0, %lo])         // sums
+        linalg.generic ins(subview %x[0, %lo, 0], subview %m[0, %lo]) outs(...)     // x * r
+        call @kina_done(task 0)
+      }
+
+The parts are whole lines of every op's output cut along its innermost dim (the sums
+[1, P]: 16 rows), and sized from all the ops' bytes. A StoryLM layer's prefill has 30
+tasks so, not 58, and its decode step 19, not 25 (the small shape); at the SmolLM
+shape the prefill has 28, not 64.
+Buffers are told apart by their root (a parameter, or a temporary,
 through views); distinct parameters do not overlap (the runtime's rule).
 Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
 workspace `%ws` (two counters per task, each on its own cache line, then every
@@ -121,6 +140,8 @@ class Threads(KinaPass):
                         "allows), when it moves enough even at symbolic sizes of 1",
                         check=_positive, expected="an integer >= 1")
     symbolic: bool = option(True, "split ops with symbolic sizes too (in up to 2 parts per thread, sized at run time)")
+    fuse: bool = option(True, "run consecutive ops split the same way, each part reading only what the same "
+                        "part of the ones before wrote, as one task: one wait for the run, not one per op")
     copy: bool = option(True, "keep the original function's body beside its threaded entry (false: the original "
                         "becomes a call of the entry on one thread: half the code to compile, the same bits, but "
                         "one thread runs the parts' loops, slower than the whole op's)")
@@ -331,7 +352,7 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> tuple[ir.Value, int]:
         del fn.attributes["arg_attrs"]
 
     _fold_dims(block)
-    tasks = _tasks(list(block.operations), opts)
+    tasks = _chains(_tasks(list(block.operations), opts), opts.fuse, opts)
     if not any(kind == "split" for kind, _ in tasks):
         raise _Skip()  # nothing to share: one thread would run every task while the others wait
     ops = list(block.operations)
@@ -377,15 +398,20 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> tuple[ir.Value, int]:
         pending = keep
 
     for k, (kind, group) in enumerate(tasks):
+        if kind == "split":  # a chain of groups, each [fill?, op], planned again: the temporaries are views now
+            members = [(g, _plan(g[-1], opts)) for g, _ in group]
+            group = [o for g, _ in members for o in g]
         first, main = group[0], group[-1]
         accesses = [a for o in group for a in _accesses(o)] if kind != "fence" else [(None, "rw")]
         wait_for_conflicts(first, accesses, everything=kind == "fence")
         if kind == "split":
-            plan = _plan(main, opts)
-            for o in group[:-1]:
-                o.move_before(main)
+            ops = list(block.operations)
+            between = ops[_index(ops, first):_index(ops, main)]  # the views and sizes among the chain's ops
+            for o in between:
+                if not any(o.operation == g.operation for g in group):
+                    o.move_before(first)
             with ir.InsertionPoint(first), main.location:
-                parts = _split(group, plan, nthreads, opts.min_bytes, counter(k, 0), counter(k, 1))
+                parts = _split(members, nthreads, opts.min_bytes, counter(k, 0), counter(k, 1))
         else:  # one part, run by the thread that claims it; the views between move before it
             between = list(block.operations)
             between = between[_index(between, first):_index(between, main)]
@@ -439,6 +465,91 @@ def _tasks(ops, opts: "Threads") -> list[tuple[str, list]]:
         else:
             tasks.append(("small", group))
     return tasks
+
+
+def _chains(tasks, fuse: bool, opts: "Threads") -> list[tuple[str, list]]:
+    """The tasks with each run of consecutive split ones that can share their parts as one
+    task: ("split", [(group, plan), ...]). A group joins the chain before it when it is
+    split along a loop of the same extent (the same static size, or the same symbolic
+    one) into the same static width or both sized at run time, and every buffer one of
+    them writes and another touches is the same value, cut along the same dim in both: part
+    c of it then reads only what part c of the chain's earlier ops wrote, which the same
+    thread has just run."""
+    out: list = []
+    for kind, group in tasks:
+        if kind != "split":
+            out.append((kind, group))
+            continue
+        plan = _plan(group[-1], opts)
+        if fuse and out and out[-1][0] == "split" and all(_fusable(g, pl, group, plan) for g, pl in out[-1][1]):
+            out[-1][1].append((group, plan))
+        else:
+            out.append(("split", [(group, plan)]))
+    return out
+
+
+def _extent_key(src: ir.Value, pos: int):
+    """What identifies the extent of dim `pos` of `src` for _chains: its static size, or
+    the value or argument dim that holds the symbolic one; None when unknown."""
+    n = ir.MemRefType(src.type).shape[pos]
+    if n != DYN:
+        return n
+    size = _dynamic_size(src, pos)
+    if size is None:
+        return ("arg", src.arg_number, pos) if isinstance(src, ir.BlockArgument) else None
+    if isinstance(size, ir.OpResult) and size.owner.name == "memref.dim" and \
+            isinstance(size.owner.operands[0], ir.BlockArgument) and _const(size.owner.operands[1]) is not None:
+        return ("arg", size.owner.operands[0].arg_number, _const(size.owner.operands[1]))
+    return size
+
+
+def _fusable(g1, plan1, g2, plan2) -> bool:
+    """Whether group g2 can run in the same parts as g1, right after it (see _chains)."""
+    (src1, pos1), (src2, pos2) = plan1[2], plan2[2]
+    key = _extent_key(src1, pos1)
+    if key is None or key != _extent_key(src2, pos2) or plan1[6] != plan2[6]:
+        return False
+    if plan1[6] is not None and plan1[6] % max(plan1[3], plan2[3]):
+        return False  # the static width is not whole lines of the other's output
+    def modes(g) -> dict:  # root -> "r" / "rw" over the group's ops
+        out: dict = {}
+        for r, m in (a for o in g for a in _accesses(o)):
+            out[r] = out.get(r, "") + m
+        return out
+    first, second = modes(g1), modes(g2)
+    cuts = [(buffer_root(v), _root_dim(v, p)) for plan in (plan1, plan2) for _, v, p in plan[1]]
+    for r in first.keys() & second.keys():
+        if "w" not in first[r] + second[r]:
+            continue  # read by both: any parts may
+        dims = {q for root, q in cuts if root == r}
+        if r is None or len(dims) != 1 or None in dims:
+            return False
+    return True
+
+
+def _root_dim(v: ir.Value, p) -> int | None:
+    """The dim of v's buffer (buffer_root) that dim `p` of the view `v` is, from index 0
+    and with a unit step, so that a range of v along p is the same range of the buffer
+    along it; None if it is not such a dim (or p is None)."""
+    while p is not None and isinstance(v, ir.OpResult) and v.owner.name in VIEWS:
+        op = v.owner.opview
+        if isinstance(op, memref.SubViewOp):
+            if len(op.static_sizes) != ir.MemRefType(op.source.type).rank or \
+                    op.static_offsets[p] != 0 or op.static_strides[p] != 1:
+                return None
+        elif isinstance(op, (memref.ExpandShapeOp, memref.CollapseShapeOp)):  # p's group, all else 1s
+            groups = [[ir.IntegerAttr(i).value for i in g] for g in op.reassociation]
+            wide = ir.MemRefType((v if isinstance(op, memref.ExpandShapeOp) else op.src).type).shape
+            if isinstance(op, memref.ExpandShapeOp):
+                g = next(k for k, group in enumerate(groups) if p in group)
+                p = g if all(wide[a] == 1 for a in groups[g] if a != p) else None
+            else:
+                rest = [a for a in groups[p] if wide[a] != 1]
+                p = rest[0] if len(rest) == 1 else groups[p][0] if not rest else None
+        elif v.owner.name != "memref.cast":
+            return None
+        v = v.owner.operands[0]
+    return p
 
 
 def _walk(op):
@@ -556,21 +667,24 @@ def _prod(shape) -> int:
     return out
 
 
-def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
-    """Emit the loop in which this thread claims parts of the group's range and runs the group on
-    each part's subviews (at the insertion point); returns the number of parts. Parts of a
-    symbolic extent: up to PARTS_PER_THREAD per thread of whole `align` chunks, none under
-    `min_bytes`."""
-    d, where, (src, pos), align, static, operands, width = plan
+def _split(members, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
+    """Emit the loop in which this thread claims parts of a chain's range and runs each of
+    its groups (`members`: (group, plan)) on the part's subviews, in order (at the insertion
+    point); returns the number of parts. Parts of a symbolic extent: up to PARTS_PER_THREAD
+    per thread of whole `align` chunks (the most of the chain's), none under `min_bytes`
+    (the chain's bytes)."""
+    d, where, (src, pos), align, static, operands, width = members[0][1]
     extent = _dim(src, pos)
     if width is not None:
-        return _split_static(group, where, extent, width, claimed, done)
-    if static is not None:
-        nbytes = index(static)
+        return _split_static(members, extent, width, claimed, done)
+    align = max(plan[3] for _, plan in members)
+    if all(plan[4] is not None for _, plan in members):
+        nbytes = index(sum(plan[4] for _, plan in members))
     else:
         nbytes = index(0)
-        for _, v, _ in operands:
-            nbytes = arith.addi(nbytes, _nbytes(v))
+        for _, plan in members:
+            for _, v, _ in plan[5]:
+                nbytes = arith.addi(nbytes, _nbytes(v))
     chunks = arith.ceildivui(extent, index(align)) if align > 1 else extent
     most = arith.muli(nthreads, index(PARTS_PER_THREAD))
     parts = arith.minui(arith.minui(chunks, arith.maxui(arith.divui(nbytes, index(min_bytes)), index(1))), most)
@@ -580,22 +694,22 @@ def _split(group, plan, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Va
         hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(c, index(1))), parts),
                                             index(align)))
         return lo, arith.subi(hi, lo)
-    _claim_parts(group, where, parts, bounds, claimed, done)
+    _claim_parts(members, parts, bounds, claimed, done)
     return parts
 
 
-def _split_static(group, where, extent, width: int, claimed, done) -> ir.Value:
+def _split_static(members, extent, width: int, claimed, done) -> ir.Value:
     """`_split` for a static extent in equal parts `width` long: part c is [c * width, (c + 1) * width)."""
     parts = index(_const(extent) // width)
-    _claim_parts(group, where, parts, lambda c: (arith.muli(c, index(width)), width), claimed, done)
+    _claim_parts(members, parts, lambda c: (arith.muli(c, index(width)), width), claimed, done)
     return parts
 
 
-def _claim_parts(group, where, parts: ir.Value, bounds, claimed: ir.Value, done: ir.Value) -> None:
-    """The loop in which a thread claims the next part of the group until none is left:
+def _claim_parts(members, parts: ir.Value, bounds, claimed: ir.Value, done: ir.Value) -> None:
+    """The loop in which a thread claims the next part of the chain until none is left:
     `bounds(c)` gives part c's start and size (an index value, or an int when static);
-    each operand `where` marks is its subview there; the part is counted done after."""
-    main = group[-1]
+    each group runs in turn with each operand its plan marks as its subview there; the
+    part is counted done after."""
     loop = scf.WhileOp([index_type()], [])
     before = loop.before.blocks.append()
     with ir.InsertionPoint(before):
@@ -604,19 +718,22 @@ def _claim_parts(group, where, parts: ir.Value, bounds, claimed: ir.Value, done:
     body = loop.after.blocks.append(index_type())
     with ir.InsertionPoint(body):
         lo, size = bounds(body.arguments[0])
-        views = {}
-        for k, v, p in where:
-            if p is None:
-                continue
-            if v not in views:
-                views[v] = _subview(v, p, lo, size)
-            main.operands[k] = views[v]
-        for o in group[:-1]:  # the fill: its output is the main op's
-            o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
         end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [done])
         scf.YieldOp([])
-    for o in group:
-        o.move_before(end_call.operation)
+    for group, (_, where, *_) in members:
+        main = group[-1]
+        with ir.InsertionPoint(end_call.operation), main.location:
+            views = {}
+            for k, v, p in where:
+                if p is None:
+                    continue
+                if v not in views:
+                    views[v] = _subview(v, p, lo, size)
+                main.operands[k] = views[v]
+            for o in group[:-1]:  # the fill: its output is the main op's
+                o.operands[len(o.operands) - 1] = views[o.operands[len(o.operands) - 1]]
+        for o in group:
+            o.move_before(end_call.operation)
 
 
 def _subview(v: ir.Value, p: int, lo: ir.Value, size) -> ir.Value:
