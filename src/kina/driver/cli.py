@@ -96,7 +96,7 @@ def compile_main(argv: list[str]) -> int:
         return 1
     if args.list_passes:  # the defaults, and what a build for --cpu (this machine's, by default) changes
         from ..ir.passes import table
-        sys.stdout.write(table(target_flags(args.cpu)))
+        sys.stdout.write(table(target_flags(args.cpu), pipeline.target_cores(args.cpu)))
         return 0
     if not args.file:
         parser.error("the .kina source file is required")

@@ -100,7 +100,8 @@ class Build:
     def passes(self) -> list[Pass]:
         """The passes this build runs, in order: `passes.selected`, the one place that
         says which (at -O0 none of the optimisations), with the options of the target CPU."""
-        return selected(self.options.opt_level, self.options.pass_options, cpu.target_flags(self.options.cpu))
+        return selected(self.options.opt_level, self.options.pass_options, cpu.target_flags(self.options.cpu),
+                        target_cores(self.options.cpu))
 
     @property
     def target_cpu(self) -> str:
@@ -419,11 +420,20 @@ def compiler_digest() -> str:
     return h.hexdigest()
 
 
+def target_cores(cpu_name: str) -> int | None:
+    """The threads a build for `cpu_name` cuts its ops for (passes.for_target): for this
+    machine ("native"), the threads a call takes by default (KINA_NUM_THREADS, else the
+    cores this process may run on); None for a portable build (the pass table's parts)."""
+    from ..runtime.loader import default_threads
+    return default_threads() if cpu_name == "native" else None
+
+
 def cache_key(source: str | bytes, filename: str, options: Options) -> str:
     data = source if isinstance(source, bytes) else source.encode()
     _, host_cpu = toolchain.host()
     meta = json.dumps({"kina": __version__, "compiler": compiler_digest(), "llvm": toolchain.llvm_version(),
-                       "host_cpu": host_cpu, "filename": filename, "options": options.cache_key()},
+                       "host_cpu": host_cpu, "cores": target_cores(options.cpu), "filename": filename,
+                       "options": options.cache_key()},
                       sort_keys=True)
     return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
 

@@ -76,26 +76,33 @@ PASSES: tuple[Pass, ...] = (
 BY_NAME = {p.name: p for p in PASSES}
 
 
-def for_target(flags) -> dict[str, Pass]:
+def for_target(flags, cores: int | None = None) -> dict[str, Pass]:
     """The pass table by name, with the options a target with these ISA extensions
-    (`kina.runtime.cpu.target_flags`) changes from the defaults: without AVX-512 (16 vector
-    registers of 32 bytes, not 32 of 64), matmul-loops' register tiles keep 64 bytes of sums
-    per row, not 384 (4 rows x 384 bytes are 24 of AVX-512's registers and would spill; on an
-    AVX2 Zen 1, 64 ran P = 32 prefill matmuls 1.35-1.6x faster: docs/performance.md). The
-    options change the loops only, never the bits."""
+    (`kina.runtime.cpu.target_flags`) and, for a build for this machine, `cores` threads
+    changes from the defaults:
+    - without AVX-512 (16 vector registers of 32 bytes, not 32 of 64), matmul-loops' register
+      tiles keep 64 bytes of sums per row, not 384 (4 rows x 384 bytes are 24 of AVX-512's
+      registers and would spill; on an AVX2 Zen 1, 64 ran P = 32 prefill matmuls 1.35-1.6x
+      faster: docs/performance.md);
+    - threads cuts an op of static size into one part per core (at least 2), not 4: wider
+      parts run faster (on 2 cores a SmolLM prefill of 32 took 7% less, an F16 decode 4%:
+      docs/performance.md, "One part per core").
+    The options change the loops only, never the bits."""
     table = dict(BY_NAME)
     if "avx512f" not in flags:
         table["matmul-loops"] = dataclasses.replace(BY_NAME["matmul-loops"], tile_row_bytes=64)
+    if cores is not None:
+        table["threads"] = dataclasses.replace(BY_NAME["threads"], parts=max(2, cores))
     return table
 
 
-def selected(opt_level: int, with_options: str = "", flags=("avx512f",)) -> list[Pass]:
+def selected(opt_level: int, with_options: str = "", flags=("avx512f",), cores: int | None = None) -> list[Pass]:
     """The passes a build at `opt_level` runs, in order: all of them, or at 0 none of the
-    optimisations, with the options of a target with the ISA extensions `flags`
-    (`for_target`; the default, AVX-512, is the table's own defaults); `with_options`
-    (`--passes` text, `matmul-loops{fma=true}`) sets some of them on top. Raises
-    `PipelineError` for a pass it names that does not run."""
-    table = for_target(flags)
+    optimisations, with the options of a target with the ISA extensions `flags` and
+    `cores` threads (`for_target`; the default, AVX-512 and no cores, is the table's own
+    defaults); `with_options` (`--passes` text, `matmul-loops{fma=true}`) sets some of them
+    on top. Raises `PipelineError` for a pass it names that does not run."""
+    table = for_target(flags, cores)
     chosen = [table[p.name] for p in PASSES if opt_level > 0 or not p.optimisation]
     if with_options:
         given = {p.name: p for p in parse_pipeline(with_options, table)}
@@ -110,11 +117,11 @@ def parse(text: str) -> list[Pass]:
     return parse_pipeline(text, BY_NAME)
 
 
-def table(flags=("avx512f",)) -> str:
+def table(flags=("avx512f",), cores: int | None = None) -> str:
     """The pass table as `kinac --list-passes` prints it: one row per pass, then its options
     with their defaults; an option that a build for a target with the ISA extensions `flags`
-    runs with another value (`for_target`) says so, as `[this target: 64]`."""
-    target = for_target(flags)
+    and `cores` threads runs with another value (`for_target`) says so, as `[this target: 64]`."""
+    target = for_target(flags, cores)
     width = max(len(p.name) for p in PASSES)
     lines = [f"{'pass':<{width}}  {'kind':<8}  {'-O0':<4}  what it does"]
     for p in PASSES:

@@ -137,7 +137,8 @@ class Threads(KinaPass):
     min_bytes: int = option(65536, "bytes an op must move per part to be split (smaller ones are one part)",
                             check=_positive, expected="an integer >= 1")
     parts: int = option(4, "the most parts an op is cut into along a static loop (equal ones where its size "
-                        "allows), when it moves enough even at symbolic sizes of 1",
+                        "allows), when it moves enough even at symbolic sizes of 1 (a build for this machine: "
+                        "one per core, at least 2)",
                         check=_positive, expected="an integer >= 1")
     symbolic: bool = option(True, "split ops with symbolic sizes too (in up to 2 parts per thread, sized at run time)")
     fuse: bool = option(True, "run consecutive ops split the same way, each part reading only what the same "
