@@ -77,7 +77,7 @@ let f = fn[B](x: tensor<F32, [1, 1, K], @host>, w: tensor<B, [K, N], @host>) -> 
 """
     f = kina.compile_source(row, "<mixed split-k>", Options(dtypes=(("B", B),), dims=(("K", K), ("N", N)),
                                                            pass_options="split-k{min-bytes=1024}")).f
-    want = chunked(x, w.astype(np.float32), 16)
+    want = chunked(x, w.astype(np.float32), 8)
     for threads in (1, 2, 3):
         out = np.empty((1, 1, N), np.float32)
         f.call_unchecked([x, w], [out], threads)

@@ -1,6 +1,7 @@
-// RUN: kinac opt %s --passes 'split-k{min-bytes=1024}' | FileCheck %s
+// RUN: kinac opt %s --passes 'split-k{min-bytes=1024 chunks=16}' | FileCheck %s
+// RUN: kinac opt %s --passes 'split-k{min-bytes=1024}' | FileCheck %s --check-prefix=EIGHT
 
-// A decode row x[1, 1, K] @ w[K, N] becomes a batched matmul of 16 chunks of k (views
+// A decode row x[1, 1, K] @ w[K, N] becomes a batched matmul of 16 chunks of k (here; 8 by default: EIGHT) (views
 // of x and of blocks of w's rows, from their own offsets) into a temporary of 16
 // partial rows, then a sum of those rows into the output, the chunk dim outermost.
 
@@ -22,6 +23,10 @@
 // CHECK:           arith.addf
 // CHECK-NOT:     linalg.generic
 // CHECK:         return
+// EIGHT-LABEL: func.func @chunked(
+// EIGHT:         memref.reinterpret_cast %{{.+}} to offset: [%{{.+}}], sizes: [8, 1, 8], strides: [8, 8, 1]
+// EIGHT:         memref.reinterpret_cast %{{.+}} to offset: [%{{.+}}], sizes: [8, 8, 128]
+// EIGHT:         memref.alloc() : memref<8x1x128xf32>
 func.func @chunked(%x: memref<1x1x64xf32>, %w: memref<64x128xf32, strided<[?, 1], offset: ?>>, %acc: memref<1x1x128xf32>) {
   linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]}
       ins(%x, %w : memref<1x1x64xf32>, memref<64x128xf32, strided<[?, 1], offset: ?>>) outs(%acc : memref<1x1x128xf32>) {

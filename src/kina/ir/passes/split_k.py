@@ -3,12 +3,12 @@
     linalg.fill ins(%zero) outs(%acc : memref<1x1x1536xf32>)
     linalg.generic {matmul} ins(%x, %w : memref<1x1x576xf32, ...>, memref<576x1536xf32, ...>)
                             outs(%acc)                                   // acc + x * w
-becomes, with `chunks` = 16 (576 = 16 chunks of 36 k),
+becomes, with `chunks` = 8 (576 = 8 chunks of 72 k),
     linalg.fill ins(%zero) outs(%acc)
-    %p = memref.alloc() : memref<16x1x1536xf32>
+    %p = memref.alloc() : memref<8x1x1536xf32>
     linalg.fill ins(%zero) outs(%p)
-    %xc = memref.reinterpret_cast %x to [16, 1, 36] strides [36, 36, 1]   // chunk c: x[.., 36c : 36c + 36]
-    %wc = memref.reinterpret_cast %w to [16, 36, 1536] strides [36 * s, s, 1]   // rows 36c .. 36c + 35
+    %xc = memref.reinterpret_cast %x to [8, 1, 72] strides [72, 72, 1]    // chunk c: x[.., 72c : 72c + 72]
+    %wc = memref.reinterpret_cast %w to [8, 72, 1536] strides [72 * s, s, 1]    // rows 72c .. 72c + 71
     linalg.generic {matmul} ins(%xc, %wc) outs(%p)                      // p[c] = x's chunk c @ w's
     linalg.generic {c outermost: reduction} ins(%p) outs(%acc)           // acc + p[c], c = 0, 1, ...
 
@@ -17,7 +17,9 @@ along an output loop, here W's columns: each thread reads a short piece of every
 of W, which reads far below a whole row's rate on the machines measured
 (docs/performance.md, "Split-k: whole rows per thread"). Chunks of k are blocks of
 whole rows of W, so threads split the chunks' matmul along c: each part reads one
-contiguous block.
+contiguous block. 8 chunks, not 16: the partial rows are half as many to write and
+add, and on the Intel VM a decode step took 3.5-5% less (docs/performance.md, "Eight
+chunks"); a matmul is then shared by at most 8 threads.
 
 Which matmuls: plain or broadcast matmul generics on memrefs (matmul_form) with one
 output row (batch dims and i all of size 1), a 2-d rhs (a weight) with a unit
@@ -63,7 +65,8 @@ class SplitK(KinaPass):
     summary = ("a one-row matmul over a weight in fixed chunks of k (blocks of whole rows, which threads split), "
                "their partial rows then added in order")
     optimisation = True
-    chunks: int = option(16, "chunks of k (each a block of whole rhs rows)", check=_at_least_2,
+    chunks: int = option(8, "chunks of k (each a block of whole rhs rows; the most threads that share one)",
+                         check=_at_least_2,
                          expected="an integer from 2 to 1024")
     min_bytes: int = option(256 << 10, "rhs bytes a matmul must read to be chunked", check=_positive,
                             expected="an integer >= 1")
