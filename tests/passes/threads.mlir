@@ -323,3 +323,32 @@ func.func @kina_transposed(%x: memref<1x256x256xf32>, %out0: memref<1x256x256xf3
   }
   return
 }
+
+// Two ops cut along a parameter's symbolic leading dim (a batch, 1 in a decode step)
+// stay two tasks: as one, the chain would be a single part.
+// CHECK-LABEL: func.func @kina_batch_threaded(
+// CHECK:         scf.while
+// CHECK:           linalg.generic
+// CHECK:           func.call @kina_done
+// CHECK-NOT:       linalg.generic
+// CHECK:         call @kina_wait
+// CHECK:         scf.while
+// CHECK:           linalg.generic
+// CHECK:         return
+#rows2 = affine_map<(b, d) -> (b, d)>
+func.func @kina_batch(%x: memref<?x576xf32>, %out0: memref<?x576xf32>) attributes {llvm.emit_c_interface} {
+  %c0 = arith.constant 0 : index
+  %b = memref.dim %x, %c0 : memref<?x576xf32>
+  %y = memref.alloc(%b) : memref<?x576xf32>
+  linalg.generic {indexing_maps = [#rows2, #rows2], iterator_types = ["parallel", "parallel"]} ins(%x : memref<?x576xf32>) outs(%y : memref<?x576xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  linalg.generic {indexing_maps = [#rows2, #rows2], iterator_types = ["parallel", "parallel"]} ins(%y : memref<?x576xf32>) outs(%out0 : memref<?x576xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.addf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  return
+}

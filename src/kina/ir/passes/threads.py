@@ -72,8 +72,9 @@ times the weight) is then one task cut along the prompt's rows, not four:
 
 The parts are whole lines of every op's output cut along its innermost dim (the sums
 [1, P]: 16 rows), and sized from all the ops' bytes. A StoryLM layer's prefill has 30
-tasks so, not 58, and its decode step 19, not 25 (the small shape); at the SmolLM
-shape the prefill has 28, not 64.
+tasks so, not 58, and its decode step 19, not 25 (the small shape; SmolLM's: 30, not 58,
+and 21, not 27). Ops cut along a parameter's symbolic leading dim (a batch) are not
+chained (see _chains).
 Buffers are told apart by their root (a parameter, or a temporary,
 through views); distinct parameters do not overlap (the runtime's rule).
 Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
@@ -471,18 +472,23 @@ def _tasks(ops, opts: "Threads") -> list[tuple[str, list]]:
 def _chains(tasks, fuse: bool, opts: "Threads") -> list[tuple[str, list]]:
     """The tasks with each run of consecutive split ones that can share their parts as one
     task: ("split", [(group, plan), ...]). A group joins the chain before it when it is
-    split along a loop of the same extent (the same static size, or the same symbolic
-    one) into the same static width or both sized at run time, and every buffer one of
-    them writes and another touches is the same value, cut along the same dim in both: part
-    c of it then reads only what part c of the chain's earlier ops wrote, which the same
-    thread has just run."""
+    split along a loop of the same extent
+    (the same static size, or the same symbolic one) into the same static width or both
+    sized at run time, and when every buffer one of them writes and another touches is cut
+    along the same dim of it in both: part c of it then reads only what part c of the
+    chain's earlier ops wrote, which the same thread has just run. Not along a
+    parameter's symbolic leading dim: that is a batch, 1 in a decode step, so the chain
+    would be one part, and the Section 19 step (every op cut along B) took 0.35 ms so on
+    two threads against 0.29 as separate tasks of one part each (measured, not explained:
+    on one thread the two forms run alike)."""
     out: list = []
     for kind, group in tasks:
         if kind != "split":
             out.append((kind, group))
             continue
         plan = _plan(group[-1], opts)
-        if fuse and out and out[-1][0] == "split" and all(_fusable(g, pl, group, plan) for g, pl in out[-1][1]):
+        chain = out[-1][1] if fuse and out and out[-1][0] == "split" else []
+        if chain and all(_fusable(g, pl, group, plan) for g, pl in chain):
             out[-1][1].append((group, plan))
         else:
             out.append(("split", [(group, plan)]))
@@ -510,14 +516,12 @@ def _fusable(g1, plan1, g2, plan2) -> bool:
     key = _extent_key(src1, pos1)
     if key is None or key != _extent_key(src2, pos2) or plan1[6] != plan2[6]:
         return False
+    if isinstance(key, tuple) and key[2] == 0:
+        return False  # a parameter's symbolic leading dim, a batch: 1 part at decode (see _chains)
     if plan1[6] is not None and plan1[6] % max(plan1[3], plan2[3]):
         return False  # the static width is not whole lines of the other's output
-    def modes(g) -> dict:  # root -> "r" / "rw" over the group's ops
-        out: dict = {}
-        for r, m in (a for o in g for a in _accesses(o)):
-            out[r] = out.get(r, "") + m
-        return out
-    first, second = modes(g1), modes(g2)
+
+    first, second = _modes(g1), _modes(g2)
     cuts = [(buffer_root(v), _root_dim(v, p)) for plan in (plan1, plan2) for _, v, p in plan[1]]
     for r in first.keys() & second.keys():
         if "w" not in first[r] + second[r]:
@@ -526,6 +530,14 @@ def _fusable(g1, plan1, g2, plan2) -> bool:
         if r is None or len(dims) != 1 or None in dims:
             return False
     return True
+
+
+def _modes(group) -> dict:
+    """root -> "r", "rw", ... over the group's ops (_accesses)."""
+    out: dict = {}
+    for r, m in (a for o in group for a in _accesses(o)):
+        out[r] = out.get(r, "") + m
+    return out
 
 
 def _root_dim(v: ir.Value, p) -> int | None:
