@@ -324,10 +324,29 @@ func.func @kina_transposed(%x: memref<1x256x256xf32>, %out0: memref<1x256x256xf3
   return
 }
 
-// Two ops cut along a parameter's symbolic leading dim (a batch, 1 in a decode step)
-// stay two tasks: as one, the chain would be a single part.
+// A parameter's symbolic leading dim is a batch, 1 in a decode step: an op is cut along
+// another loop that gives parts where there is one (here the second symbolic dim, H),
+// not along it.
+// CHECK-LABEL: func.func @kina_heads_not_batch_threaded(
+// CHECK:         scf.while
+// CHECK:           memref.subview %arg0[0, %{{.+}}, 0] [%{{.+}}, %{{.+}}, 576] [1, 1, 1]
+// CHECK:           linalg.generic
+// CHECK:         return
+#bh = affine_map<(b, h, d) -> (b, h, d)>
+func.func @kina_heads_not_batch(%x: memref<?x?x576xf32>, %out0: memref<?x?x576xf32>) attributes {llvm.emit_c_interface} {
+  linalg.generic {indexing_maps = [#bh, #bh], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : memref<?x?x576xf32>) outs(%out0 : memref<?x?x576xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  return
+}
+
+// Where the batch is the only loop that gives parts (rows of 8), two ops cut along it
+// stay two tasks: as one, the chain would be a single part at decode.
 // CHECK-LABEL: func.func @kina_batch_threaded(
 // CHECK:         scf.while
+// CHECK:           memref.subview %arg0[%{{.+}}, 0] [%{{.+}}, 8] [1, 1]
 // CHECK:           linalg.generic
 // CHECK:           func.call @kina_done
 // CHECK-NOT:       linalg.generic
@@ -336,16 +355,16 @@ func.func @kina_transposed(%x: memref<1x256x256xf32>, %out0: memref<1x256x256xf3
 // CHECK:           linalg.generic
 // CHECK:         return
 #rows2 = affine_map<(b, d) -> (b, d)>
-func.func @kina_batch(%x: memref<?x576xf32>, %out0: memref<?x576xf32>) attributes {llvm.emit_c_interface} {
+func.func @kina_batch(%x: memref<?x8xf32>, %out0: memref<?x8xf32>) attributes {llvm.emit_c_interface} {
   %c0 = arith.constant 0 : index
-  %b = memref.dim %x, %c0 : memref<?x576xf32>
-  %y = memref.alloc(%b) : memref<?x576xf32>
-  linalg.generic {indexing_maps = [#rows2, #rows2], iterator_types = ["parallel", "parallel"]} ins(%x : memref<?x576xf32>) outs(%y : memref<?x576xf32>) {
+  %b = memref.dim %x, %c0 : memref<?x8xf32>
+  %y = memref.alloc(%b) : memref<?x8xf32>
+  linalg.generic {indexing_maps = [#rows2, #rows2], iterator_types = ["parallel", "parallel"]} ins(%x : memref<?x8xf32>) outs(%y : memref<?x8xf32>) {
   ^bb0(%a: f32, %o: f32):
     %m = arith.mulf %a, %a : f32
     linalg.yield %m : f32
   }
-  linalg.generic {indexing_maps = [#rows2, #rows2], iterator_types = ["parallel", "parallel"]} ins(%y : memref<?x576xf32>) outs(%out0 : memref<?x576xf32>) {
+  linalg.generic {indexing_maps = [#rows2, #rows2], iterator_types = ["parallel", "parallel"]} ins(%y : memref<?x8xf32>) outs(%out0 : memref<?x8xf32>) {
   ^bb0(%a: f32, %o: f32):
     %m = arith.addf %a, %a : f32
     linalg.yield %m : f32

@@ -42,7 +42,8 @@ takes 7% longer and a prefill of 32 tokens 30% (docs/performance.md, "Compile ti
 The function's ops that touch memory become tasks, in order. A linalg.generic, fill
 or copy that moves at least `min-bytes` per part is split along one parallel loop
 that indexes every output (of those that give `parts` parts, the one whose parts
-re-read the fewest bytes, then the outermost; else the longest), with the fill of its output if
+re-read the fewest bytes, then not a parameter's symbolic leading dim, which is a batch
+and 1 in a decode step, then the outermost; else the longest), with the fill of its output if
 one comes just before: a part is a range of that loop (a subview of every operand it
 indexes; the others whole, read by every part), so no reduction is ever
 split, and a task has at most 2 parts per thread. A run of ops too small to split,
@@ -516,7 +517,7 @@ def _fusable(g1, plan1, g2, plan2) -> bool:
     key = _extent_key(src1, pos1)
     if key is None or key != _extent_key(src2, pos2) or plan1[6] != plan2[6]:
         return False
-    if isinstance(key, tuple) and key[2] == 0:
+    if _batch(src1, pos1):
         return False  # a parameter's symbolic leading dim, a batch: 1 part at decode (see _chains)
     if plan1[6] is not None and plan1[6] % max(plan1[3], plan2[3]):
         return False  # the static width is not whole lines of the other's output
@@ -639,9 +640,10 @@ def _plan(op, opts: "Threads"):
     # the loops that give `parts` parts (a symbolic one may), and of those the one whose parts
     # re-read the fewest bytes (an operand it does not index is read whole by every part: a
     # prefill matmul's weight, when cut along its rows; a decode attention's probabilities,
-    # cut along the head width rather than the heads), the outermost of equals
+    # cut along the head width rather than the heads), then not a batch (a parameter's symbolic
+    # leading dim, 1 in a decode step: the Section 19 step's B), the outermost of equals
     big = [c for c in candidates if c[3] == DYN or c[3] // align_of(c[1]) >= opts.parts]
-    d, where, source, extent = min(big, key=lambda c: _reread_bytes(c[1])) if big else \
+    d, where, source, extent = min(big, key=lambda c: (_reread_bytes(c[1]), _batch(*c[2]))) if big else \
         max(candidates, key=lambda c: c[3])
     align = align_of(where)
     shapes = [ir.MemRefType(v.type) for _, v, _ in operands]
@@ -664,6 +666,12 @@ def _plan(op, opts: "Threads"):
     if static is None and width is None and not opts.symbolic:
         return None  # parts sized at run time, which the options rule out
     return d, where, source, align, static, operands, width
+
+
+def _batch(src: ir.Value, pos: int) -> bool:
+    """Whether dim `pos` of `src` is a parameter's symbolic leading dim (a batch)."""
+    key = _extent_key(src, pos)
+    return isinstance(key, tuple) and key[2] == 0
 
 
 def _reread_bytes(where) -> int:
