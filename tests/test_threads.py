@@ -110,6 +110,39 @@ def test_a_static_specialisation_is_bit_identical():
         assert np.array_equal(got, want)
 
 
+TWO = """
+let two = fn(x: tensor<F32, [1, 1, K], @host>, w1: tensor<F32, [K, N], @host>, w2: tensor<F32, [K, N], @host>)
+    -> (tensor<F32, [1, 1, N], @host>, tensor<F32, [1, 1, K], @host>, tensor<F32, [1, 1, N], @host>) {
+  (x @ w1, x * x, x @ w2)
+}
+
+let dep = fn(x: tensor<F32, [1, 1, K], @host>, w1: tensor<F32, [K, N], @host>, w2: tensor<F32, [K, N], @host>)
+    -> (tensor<F32, [1, 1, N], @host>, tensor<F32, [1, 1, K], @host>, tensor<F32, [1, 1, N], @host>) {
+  (x @ w1, x * x, (x + x) @ w2)
+}
+"""
+
+
+@pytest.mark.parametrize("K,N", [(576, 1536), (256, 8192), (96, 1000)])
+def test_a_matmul_moved_past_small_ops_into_the_chain_before_gives_the_same_bits(K, N):
+    """In `two`, x @ w2 runs in the same parts as x @ w1, before the small ops between them
+    (x @ w1's partial sums, x * x), which touch nothing it reads or writes (threads'
+    _chains); in `dep`, (x + x) @ w2 reads what the small ops write, and stays after them:
+    every result as on one thread, on 2, 3 and 7."""
+    two = kina.compile_source(TWO, "two.kina", dims={"K": K, "N": N})
+    rng = np.random.default_rng(K)
+    args = [rng.standard_normal(s).astype(np.float32) for s in [(1, 1, K), (K, N), (K, N)]]
+    x, w1, w2 = args
+    for fn, lhs in ((two.two, x), (two.dep, x + x)):
+        want = fn(*args, threads=1)
+        np.testing.assert_allclose(want[0], x @ w1, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(want[1], x * x)
+        np.testing.assert_allclose(want[2], lhs @ w2, rtol=1e-4, atol=1e-4)
+        for threads in (2, 3, 7):
+            for got, w in zip(threaded_results(fn, args, threads), want):
+                assert np.array_equal(got, w)
+
+
 def test_without_the_copy_one_thread_runs_the_entry_with_the_same_bits(symbolic):
     """threads{copy=false}: each function is a call of its entry on one thread (its own
     workspace, counters zeroed per call, so calls may repeat), with the same bits."""

@@ -371,3 +371,81 @@ func.func @kina_batch(%x: memref<?x8xf32>, %out0: memref<?x8xf32>) attributes {l
   }
   return
 }
+
+// A small op between two matmuls cut the same way (columns, 4 parts of 384) that
+// neither writes what the second reads nor touches what it writes runs after it: the
+// two matmuls are one task, each part reading its columns of w1 and then of w2 without
+// a wait, and the small op a task of one part after them.
+// CHECK-LABEL: func.func @kina_hoist_threaded(
+// CHECK:         scf.while
+// CHECK:           memref.subview %arg1[0, %{{.+}}] [576, 384]
+// CHECK:           linalg.generic {{.*}} ins(%arg0, %{{.+}} : memref<1x1x576xf32>, memref<576x384xf32
+// CHECK:           memref.subview %arg2[0, %{{.+}}] [576, 384]
+// CHECK:           linalg.generic {{.*}} ins(%arg0, %{{.+}} : memref<1x1x576xf32>, memref<576x384xf32
+// CHECK:           func.call @kina_done
+// CHECK-NOT:       scf.while
+// CHECK:         call @kina_claim
+// CHECK:         scf.if
+// CHECK:           linalg.generic {{.*}} ins(%arg0 : memref<1x1x576xf32>) outs(%arg4 :
+// CHECK:         return
+// NOFUSE-LABEL: func.func @kina_hoist_threaded(
+// NOFUSE-COUNT-2: scf.while
+// NOFUSE:         return
+func.func @kina_hoist(%x: memref<1x1x576xf32>, %w1: memref<576x1536xf32>, %w2: memref<576x1536xf32>, %out0: memref<1x1x1536xf32>, %out1: memref<1x1x576xf32>, %out2: memref<1x1x1536xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x1x1536xf32>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%x, %w1 : memref<1x1x576xf32>, memref<576x1536xf32>) outs(%out0 : memref<1x1x1536xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : memref<1x1x576xf32>) outs(%out1 : memref<1x1x576xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.addf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%out2 : memref<1x1x1536xf32>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%x, %w2 : memref<1x1x576xf32>, memref<576x1536xf32>) outs(%out2 : memref<1x1x1536xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// When the second matmul reads what the small op writes, the order stays: three tasks.
+// CHECK-LABEL: func.func @kina_hoist_blocked_threaded(
+// CHECK:         scf.while
+// CHECK:           linalg.generic {{.*}} ins(%arg0, %{{.+}} : memref<1x1x576xf32>, memref<576x384xf32
+// CHECK:           func.call @kina_done
+// CHECK:         scf.if
+// CHECK:           linalg.generic {{.*}} ins(%arg0 : memref<1x1x576xf32>) outs(%arg4 :
+// CHECK:         call @kina_wait
+// CHECK:         scf.while
+// CHECK:           linalg.generic {{.*}} ins(%arg4, %{{.+}} : memref<1x1x576xf32>, memref<576x384xf32
+// CHECK:         return
+func.func @kina_hoist_blocked(%x: memref<1x1x576xf32>, %w1: memref<576x1536xf32>, %w2: memref<576x1536xf32>, %out0: memref<1x1x1536xf32>, %out1: memref<1x1x576xf32>, %out2: memref<1x1x1536xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<1x1x1536xf32>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%x, %w1 : memref<1x1x576xf32>, memref<576x1536xf32>) outs(%out0 : memref<1x1x1536xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : memref<1x1x576xf32>) outs(%out1 : memref<1x1x576xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.addf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%out2 : memref<1x1x1536xf32>)
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%out1, %w2 : memref<1x1x576xf32>, memref<576x1536xf32>) outs(%out2 : memref<1x1x1536xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}

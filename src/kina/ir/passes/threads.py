@@ -75,7 +75,11 @@ The parts are whole lines of every op's output cut along its innermost dim (the 
 [1, P]: 16 rows), and sized from all the ops' bytes. A StoryLM layer's prefill has 30
 tasks so, not 58, and its decode step 19, not 25 (the small shape; SmolLM's: 30, not 58,
 and 21, not 27). Ops cut along a parameter's symbolic leading dim (a batch) are not
-chained (see _chains).
+chained (see _chains). A split op that would join the chain before it but for a run of
+small ops between them goes ahead of that run when the run neither writes what it reads
+nor touches what it writes: a decode step's q, k and v matmuls (and its gate and up) are
+then one task each, their sums added after (two threads: a decode step has 13 tasks, not
+19 at the small shape and 21 at SmolLM's; a prefill 27, not 30).
 Buffers are told apart by their root (a parameter, or a temporary,
 through views); distinct parameters do not overlap (the runtime's rule).
 Temporaries are shared by all threads: each `memref.alloc` becomes a view of the
@@ -481,19 +485,45 @@ def _chains(tasks, fuse: bool, opts: "Threads") -> list[tuple[str, list]]:
     parameter's symbolic leading dim: that is a batch, 1 in a decode step, so the chain
     would be one part, and the Section 19 step (every op cut along B) took 0.35 ms so on
     two threads against 0.29 as separate tasks of one part each (measured, not explained:
-    on one thread the two forms run alike)."""
+    on one thread the two forms run alike). A split group whose chain is the task before
+    last, with a run of small ops between, moves ahead of that run (the run's ops move
+    after it) when the two conflict nowhere (_conflict): the run runs after the chain,
+    as one thread would run it anyway, and the other threads stream the group's weights
+    on without a wait. The same bits: the moved ops read and write what they did."""
     out: list = []
     for kind, group in tasks:
+        if kind == "small" and out and out[-1][0] == "small":
+            out[-1][1].extend(group)  # two runs of small ops that a moved split op had parted
+            continue
         if kind != "split":
             out.append((kind, group))
             continue
         plan = _plan(group[-1], opts)
+        if fuse and len(out) >= 2 and out[-1][0] == "small" and out[-2][0] == "split" and \
+                all(_fusable(g, pl, group, plan) for g, pl in out[-2][1]) and \
+                not _conflict(out[-1][1], group):
+            # the small ops before it neither touch what it writes nor write what it reads:
+            # they run after it, and it joins the chain before them
+            small = out[-1][1]
+            for o in reversed(small):
+                o.move_after(group[-1])
+            out[-2][1].append((group, plan))
+            continue
         chain = out[-1][1] if fuse and out and out[-1][0] == "split" else []
         if chain and all(_fusable(g, pl, group, plan) for g, pl in chain):
             out[-1][1].append((group, plan))
         else:
             out.append(("split", [(group, plan)]))
     return out
+
+
+def _conflict(ops1, ops2) -> bool:
+    """Whether running ops2 before ops1 could change what either computes: one of them
+    writes a buffer the other touches, or touches memory it cannot name."""
+    a1 = [a for o in ops1 for a in _accesses(o)]
+    a2 = [a for o in ops2 for a in _accesses(o)]
+    return any(r1 is None or r2 is None or (r1 == r2 and ("w" in m1 or "w" in m2))
+               for r1, m1 in a1 for r2, m2 in a2)
 
 
 def _extent_key(src: ir.Value, pos: int):
