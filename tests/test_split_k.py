@@ -43,7 +43,7 @@ def _build(T: str, K: int, N: int, passes: str = ""):
 @pytest.mark.parametrize("T", DTYPES)
 def test_a_decode_row_sums_in_chunks_then_adds_them_in_order(T):
     K, N = 576, 320  # 8 chunks of 72 rows; 360 KiB of F32 weight, 180 KiB of F16 (chunked from 128 KiB)
-    f = _build(T, K, N, "" if T == "F32" else "split-k{min-bytes=131072}")
+    f = _build(T, K, N, "")
     x, w = _inputs([(1, 1, K), (K, N)], DTYPES[T], 3)
     want = chunked(x, w, 8)
     for threads in (1, 2, 3):
@@ -59,3 +59,6 @@ def test_the_options_choose_the_chunks_and_what_is_chunked():
     assert_same(plain, chunked(x, w, 1))
     assert not np.array_equal(plain, chunked(x, w, 8))  # the test tells the orders apart
     assert_same(_build("F32", K, N, "split-k{chunks=16}")(x, w)[0], chunked(x, w, 16))
+    x, w = _inputs([(1, 1, K), (K, 48)], DTYPES["F32"], 5)  # 108 KiB, under the default 128 KiB
+    assert_same(_build("F32", K, 48)(x, w)[0], chunked(x, w, 1))
+    assert not np.array_equal(chunked(x, w, 1), chunked(x, w, 8))
