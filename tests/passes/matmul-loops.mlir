@@ -684,6 +684,32 @@ func.func @tiles_widening(%x: memref<8x16xf32>, %w: memref<16x96xf16>, %acc: mem
   return
 }
 
+// A widened block is at most 24 KiB (half the L1D, beside the F16 rows it is copied
+// from): 64 rows of 96 f32 columns, not tile-k-rows' 128, for a weight of 200 rows;
+// f32 weights keep blocks of 128.
+// CHECK-LABEL: func.func @tiles_widened_blocks(
+// CHECK-DAG:     memref.alloca() : memref<64x96xf32>
+// CHECK-DAG:     memref.alloca() : memref<128x96xf32>
+// CHECK:         return
+func.func @tiles_widened_blocks(%x: memref<8x200xf32>, %w: memref<200x96xf16>, %v: memref<200x96xf32>, %acc: memref<8x96xf32>) {
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %w : memref<8x200xf32>, memref<200x96xf16>) outs(%acc : memref<8x96xf32>) {
+  ^bb0(%a: f32, %b: f16, %s: f32):
+    %bf = arith.extf %b : f16 to f32
+    %m = arith.mulf %a, %bf : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%x, %v : memref<8x200xf32>, memref<200x96xf32>) outs(%acc : memref<8x96xf32>) {
+  ^bb0(%a: f32, %b: f32, %s: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %s, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
 // F16 activations too: each tile's 4 rows of a block of k are widened into an f32 copy
 // (whole lines as vectors, then the last elements alone) before its k loop, which
 // broadcasts from the copy: each lhs value is widened once per tile, not once per k step.

@@ -156,6 +156,12 @@ from ._util import NO_MATCH, ONE_ROW_AT_A_TIME, apply_patterns, batch_indices, d
 
 NT_ALIGN = 64  # bytes: what a non-temporal vector store needs (a cache line), not a tuning choice
 PACK_ALIAS_BYTES = 4096  # rhs rows a multiple of this apart share cache sets: a register tile reads a copy
+# the most bytes of a widened block of rhs (F16/BF16 weights copied as F32 for the register
+# tiles): tile-k-rows shrinks to fit half the Intel VM's 48 KiB L1D, beside the narrow rows
+# it is copied from (128 rows of 96 columns, 48 KiB, took 58.8 ms for SmolLM's all-F16
+# prefill of 32 on two threads; 64 rows, 52.5 ms; docs/performance.md, "Widened blocks
+# of half the L1")
+WIDENED_BLOCK_BYTES = 24 << 10
 # rows taken together (group-rows) keep their sums in registers while those total at most this
 # many times one row's most (register-row-bytes)
 MULTI_ROW_REGISTERS = 2
@@ -787,6 +793,8 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
     # evict each other while the row tiles read the block
     k_static = ir.MemRefType(rhs.type).shape[-2]
     pack_rows = options.tile_k_rows if k_static == DYN else max(1, min(options.tile_k_rows, k_static))
+    if narrow != elt:
+        pack_rows = max(1, min(pack_rows, WIDENED_BLOCK_BYTES // (t_nv * t_width * elt_bytes)))
     # in the sums' type: a narrow rhs (F16, BF16 weights) is widened once as it is copied, not
     # once per tile of rows that reads it
     pack_type = ir.MemRefType.get([pack_rows, t_nv * t_width], elt)
