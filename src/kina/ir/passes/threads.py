@@ -396,9 +396,7 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> tuple[ir.Value, int]:
         keep = []
         with ir.InsertionPoint(at), at.location:
             for k, parts, theirs in pending:
-                if everything or any(r2 is None for r2, _ in theirs) or any(
-                        r is not None and r2 is not None and r == r2 and ("w" in m or "w" in m2)
-                        for r, m in accesses for r2, m2 in theirs):
+                if everything or _clash(accesses, theirs):
                     func.call([], ir.FlatSymbolRefAttr.get(WAIT), [counter(k, 1), parts])
                 else:
                     keep.append((k, parts, theirs))
@@ -518,10 +516,13 @@ def _chains(tasks, fuse: bool, opts: "Threads") -> list[tuple[str, list]]:
 
 
 def _conflict(ops1, ops2) -> bool:
-    """Whether running ops2 before ops1 could change what either computes: one of them
-    writes a buffer the other touches, or touches memory it cannot name."""
-    a1 = [a for o in ops1 for a in _accesses(o)]
-    a2 = [a for o in ops2 for a in _accesses(o)]
+    """Whether running ops2 before ops1 could change what either computes (_clash)."""
+    return _clash([a for o in ops1 for a in _accesses(o)], [a for o in ops2 for a in _accesses(o)])
+
+
+def _clash(a1, a2) -> bool:
+    """Whether two lists of accesses ((root, mode), _accesses) must keep their order: one
+    writes a buffer the other touches, or either touches memory it cannot name (None)."""
     return any(r1 is None or r2 is None or (r1 == r2 and ("w" in m1 or "w" in m2))
                for r1, m1 in a1 for r2, m2 in a2)
 
@@ -724,7 +725,7 @@ def _split(members, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value)
     point); returns the number of parts. Parts of a symbolic extent: up to PARTS_PER_THREAD
     per thread of whole `align` chunks (the most of the chain's), none under `min_bytes`
     (the chain's bytes)."""
-    d, where, (src, pos), align, static, operands, width = members[0][1]
+    _, _, (src, pos), _, _, _, width = members[0][1]
     extent = _dim(src, pos)
     if width is not None:
         return _split_static(members, extent, width, claimed, done)
