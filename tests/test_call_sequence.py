@@ -2,7 +2,8 @@
 
 A chain of calls, each reading the one before's result, gives the bits of the same
 calls made one by one, on 1, 2 and 3 threads, with a function that has no threaded
-entry among them; the workspaces grow when a patched size needs more; a module
+entry among them; the calls share one workspace, as large as the largest needs, which
+grows when a patched size needs more; a module
 without the C runner (-O0), and a team busy with another call, fall back to calls
 made one by one, with the same bits; mistakes are TypeErrors or ValueErrors that name
 what was wrong.
@@ -98,6 +99,24 @@ def test_a_workspace_grows_when_a_patched_size_needs_more(module, threads):
         seq()
         (want,) = module.attend(q, np.ascontiguousarray(k[..., :s]), v[:, :, :s], threads=1)
         assert np.array_equal(out, want), s
+
+
+def test_the_calls_share_one_workspace_the_size_of_the_largest_need(module):
+    rng = np.random.default_rng(3)
+    H, D, S = 9, 64, 300
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(1, H, 1, D), (1, H, D, S), (1, H, S, D)])
+    outs = [runtime.empty((1, H, 1, D), np.float32) for _ in range(2)]
+    attends = [module.attend.prepare([q, k, v], [out], dims=("S",)) for out in outs]
+    calls, xs = chain(module, 2)
+    seq = runtime.CallSequence([calls[0], attends[0], *calls[1:], attends[1]], threads=2)
+    attends[1].set_dim("S", 7)  # the two attends need different workspaces; so do the mlps
+    seq()
+    needs = [c._fn._workspace_bytes(*c._pointers) for c in seq.calls if c._fn.threaded]
+    assert len(set(needs)) > 1 and seq._workspace.capacity == max(needs)
+    assert all(c._workspace.capacity == 0 for c in seq.calls)  # none of their own
+    assert np.array_equal(xs[-1], one_by_one(calls, xs, 1))
+    (want,) = module.attend(q, np.ascontiguousarray(k[..., :7]), v[:, :, :7], threads=1)
+    assert np.array_equal(outs[0], module.attend(q, k, v, threads=1)[0]) and np.array_equal(outs[1], want)
 
 
 def test_without_the_runner_the_calls_are_made_one_by_one():

@@ -784,10 +784,15 @@ class CallSequence:
         steps.threads = 2
         steps()                                                # as each call in turn
 
-    Each call runs as calling it alone runs it (its descriptors checked if patched,
-    its workspace grown to what its sizes need), with the same bits; but the calls
-    themselves are made from C (kina_threads.c's kina_run_sequence), one after the
-    other, so the host's interpreter does not run between them. That matters when the
+    Each call runs as calling it alone runs it (its descriptors checked if patched),
+    with the same bits; but the calls themselves are made from C (kina_threads.c's
+    kina_run_sequence), one after the other, so the host's interpreter does not run
+    between them, and they share one workspace (grown to what the largest needs at
+    their sizes; call i's threads have all finished before call i + 1 zeroes its task
+    counters). Each temporary of a layer then lies where the layer before left its own,
+    in the cache, not in one of 30 blocks that a token touches once each: a SmolLM-shape
+    F16 decode step on two threads took 10.8 -> 10.55 ms (docs/performance.md, "One
+    workspace for a token's calls"). That matters when the
     calls stream more than the caches hold: a SmolLM-shape decode layer reads 14 MB
     of weights, after which each line of Python between two layers missed the
     caches, and the host's part of a 2-thread layer call was about 80 us (of 1 ms) on
@@ -820,7 +825,8 @@ class CallSequence:
             self._packed = (ctypes.c_void_p * n)(*[c._fn._packed for c in calls])
             self._team = (ctypes.c_void_p * n)(*team)
             self._args = (ctypes.c_void_p * n)(*[ctypes.addressof(c._args) for c in calls])
-            self._ws = (ctypes.c_void_p * n)(*[c._workspace.descriptor for c in calls])
+            self._workspace = Workspace()  # shared: the calls run one at a time
+            self._ws = (ctypes.c_void_p * n)(*[self._workspace.descriptor] * n)
             self._zero = (ctypes.c_int64 * n)(*[c._fn._counter_bytes or 0 for c in calls])
 
     def __call__(self) -> None:
@@ -835,9 +841,8 @@ class CallSequence:
                 module._lib.kina_run_sequence(None, len(self.calls), self._packed, self._team, self._args, self._ws,
                                               self._zero, 1)
                 return
-            for c in self.calls:
-                if c._fn._team_entry is not None:
-                    c._workspace.reserve(c._fn._workspace_bytes(*c._pointers))
+            needs = [c._fn._workspace_bytes(*c._pointers) for c in self.calls if c._fn._team_entry is not None]
+            self._workspace.reserve(max(needs, default=0))
             if module.team(threads - 1).run_sequence(len(self.calls), self._packed, self._team, self._args,
                                                      self._ws, self._zero, threads):
                 return
