@@ -1,6 +1,6 @@
-// RUN: kinac opt %s --passes 'matmul-loops{step-rows=1 group-rows=1}' | FileCheck %s
-// RUN: kinac opt %s --passes 'matmul-loops{fma=true}' | FileCheck %s --check-prefix=FMA
-// RUN: kinac opt %s --passes 'matmul-loops{group-rows=1}' | FileCheck %s --check-prefix=STEP
+// RUN: kinac opt %s --passes 'matmul-loops{step-rows=1 group-rows=1 side-prefetch-bytes=0}' | FileCheck %s
+// RUN: kinac opt %s --passes 'matmul-loops{step-rows=1 group-rows=1}' | FileCheck %s --check-prefix=SIDE
+// RUN: kinac opt %s --passes 'matmul-loops{group-rows=1 side-prefetch-bytes=0}' | FileCheck %s --check-prefix=STEP
 // RUN: kinac opt %s --passes matmul-loops | FileCheck %s --check-prefix=GROUP
 // RUN: kinac opt %s --passes 'matmul-loops{step-rows=1 group-rows=1 prefetch-level=1}' | FileCheck %s --check-prefix=L1
 
@@ -772,7 +772,8 @@ func.func @two_tiled(%x: memref<8x16xf32>, %w: memref<16x96xf32>, %a: memref<8x9
 // Fewer rows than a tile (decode, 3 rows) take no tiles. One rhs row at a time, each
 // vector step prefetches its lines the whole rows ahead that cover prefetch-bytes
 // (2048 here: 3 rows of 768 bytes), clamped to K - 1, into L2 (prefetch-level=2:
-// locality<2>, prefetcht1); the 8-rows-at-a-time loops do not prefetch.
+// locality<2>, prefetcht1); with side-prefetch-bytes=0 the 8-rows-at-a-time loops do
+// not prefetch.
 // CHECK-LABEL: func.func @prefetch(
 // CHECK-SAME:    %[[X:[^:]+]]: memref<3x16xf32>, %[[W:[^:]+]]: memref<16x192xf32>, %[[ACC:[^:]+]]: memref<3x192xf32>)
 // CHECK-NOT:     iter_args
@@ -794,6 +795,33 @@ func.func @two_tiled(%x: memref<8x16xf32>, %w: memref<16x96xf32>, %a: memref<8x9
 // CHECK:           } else {
 // CHECK-NOT:         memref.prefetch
 // CHECK:         return
+// By default (side-prefetch-bytes=512) the 8-rows-at-a-time loops, for long rows or rows far
+// apart, prefetch each of the 8 rows' lines of a step 512 bytes (128 f32) further along the
+// row, clamped to N - 1 (191): for each of the vector's two lines, one prefetch per row.
+// SIDE-LABEL: func.func @prefetch(
+// SIDE-SAME:    %{{[^:]+}}: memref<3x16xf32>, %[[W:[^:]+]]: memref<16x192xf32>, %[[ACC:[^:]+]]: memref<3x192xf32>)
+// SIDE:         %[[N:.+]] = arith.constant 192 : index
+// SIDE:         %[[NLAST:.+]] = arith.subi %[[N]], %{{.+}} : index
+// SIDE:         } else {
+// SIDE:           scf.for %[[K0:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// SIDE:             %[[K1:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// SIDE:             arith.constant 7 : index
+// SIDE-NEXT:        %[[K7:.+]] = arith.addi %[[K0]], %{{.+}} : index
+// SIDE-NEXT:        memref.load
+// SIDE:             scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %{{.+}} {
+// SIDE:               vector.load %[[ACC]]
+// SIDE-NEXT:          %[[C0:.+]] = arith.constant 128 : index
+// SIDE-NEXT:          %[[A0:.+]] = arith.addi %[[J]], %[[C0]] : index
+// SIDE-NEXT:          %[[P0:.+]] = arith.minui %[[A0]], %[[NLAST]] : index
+// SIDE-NEXT:          %[[C1:.+]] = arith.constant 144 : index
+// SIDE-NEXT:          %[[A1:.+]] = arith.addi %[[J]], %[[C1]] : index
+// SIDE-NEXT:          %[[P1:.+]] = arith.minui %[[A1]], %[[NLAST]] : index
+// SIDE-NEXT:          memref.prefetch %[[W]][%[[K0]], %[[P0]]], read, locality<2>, data
+// SIDE-NEXT:          memref.prefetch %[[W]][%[[K0]], %[[P1]]], read, locality<2>, data
+// SIDE-NEXT:          memref.prefetch %[[W]][%[[K1]], %[[P0]]], read, locality<2>, data
+// SIDE-COUNT-12:      memref.prefetch %[[W]]
+// SIDE-NEXT:          memref.prefetch %[[W]][%[[K7]], %[[P1]]], read, locality<2>, data
+// SIDE-NEXT:          vector.load %[[W]][%[[K0]], %[[J]]]
 // prefetch-level=1: into L1 as well (prefetcht0).
 // L1-LABEL: func.func @prefetch(
 // L1:         memref.prefetch %{{.+}}, read, locality<3>, data : memref<16x192xf32>

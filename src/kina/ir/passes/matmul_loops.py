@@ -39,6 +39,13 @@ huge pages: 0-26% of a projection's time, 10-17% of a SmolLM F32 decode step;
 docs/performance.md, "Prefetches only for one row a step"), so those steps have none.
 The prefetches fill L2 (`prefetch-level=2`, prefetcht1), not L1: on two threads an F16
 projection's row read 11% faster so (docs/performance.md, "Prefetches into L2").
+The `unroll` rows read side by side (long rows, or rows far apart) are prefetched along
+themselves: each vector step also prefetches each row's lines `side-prefetch-bytes`
+further on, clamped to the row's last element (a short row's prefetch is then a line it
+reads anyway). A tied head, x[1, 576] @ head[576, 49152] in F16, rows of 96 KiB, read
+14.8 -> 16.1 GB/s on one thread and 25.4 -> 29.1 on two so, on the Intel VM: the hardware
+prefetchers stop at each 4 KiB page of each of the 8 streams (docs/performance.md,
+"Long rows read side by side, prefetched along").
 
 A matmul with at least `tile-rows` rows (prefill, x[P, K] @ W[K, N]) takes its rows in
 register tiles first: for each block of `tile-k-rows` rhs rows and each block of
@@ -199,6 +206,9 @@ class MatmulLoops(KinaPass):
     prefetch_bytes: int = option(2048, "how far ahead, in bytes of rhs (whole rows, at least one), the "
                                  "one-row-at-a-time loops prefetch in steps of one row (0: never)",
                                  check=_non_negative, expected="an integer >= 0")
+    side_prefetch_bytes: int = option(512, "how far ahead along its row each rhs row read side by side (unroll: long "
+                                      "rows, a tied head's) is prefetched, clamped to the row's end (0: never)",
+                                      check=_non_negative, expected="an integer >= 0")
     prefetch_level: int = option(2, "the cache those prefetches fill: 1 (L1 and out, prefetcht0), 2 (L2 and out, "
                                  "prefetcht1) or 3 (the last level, prefetcht2)",
                                  check=lambda n: 1 <= n <= 3, expected="1, 2 or 3")
@@ -508,7 +518,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
         short_dense_rows = arith.AndIOp(
             arith.CmpIOp(arith.CmpIPredicate.ule, row_bytes, cst(options.row_at_a_time_bytes)).result,
             arith.CmpIOp(arith.CmpIPredicate.ule, gap_bytes, cst(options.row_at_a_time_gap_bytes)).result).result
-    K_last = arith.SubIOp(K, one).result
+    K_last, N_last = arith.SubIOp(K, one).result, arith.SubIOp(N, one).result
     if slot is not None:  # where slot rows start, to align the non-temporal stores
         meta = memref.ExtractStridedMetadataOp(slot)
         slot_base = memref.ExtractAlignedPointerAsIndexOp(slot).result
@@ -521,12 +531,13 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
             lin = arith.AddIOp(lin, arith.MulIOp(i, stride).result).result
         return arith.AddIOp(slot_base, arith.MulIOp(lin, cst(slot_bytes)).result).result
 
-    def rows(outer, k0, count, prefetch=False):
+    def rows(outer, k0, count, prefetch=False, side=False):
         """acc[b, i, :] += lhs[b, i, k] * rhs[b, k, :] for each row i of outer = (b, [i, ...])
         and k = k0, ..., k0+count-1, in order, each rhs vector loaded once for all the rows
         (and slot[b, k, :] = rhs[b, k, :], with non-temporal stores, when fused); with
         `prefetch` (one row a step), each vector step also prefetches its lines
-        `rows_ahead` rows past it."""
+        `rows_ahead` rows past it; with `side` (rows side by side), each row's lines
+        `side-prefetch-bytes` further along it (N - 1 at most)."""
         b, ii = outer
         ks = [k0] + [arith.AddIOp(k0, cst(u)).result for u in range(1, count)]
         xs = [[widen(memref.LoadOp(lhs, [*lhs_at(b), i, k]).result) for k in ks] for i in ii]
@@ -553,6 +564,12 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
                     for off in range(0, vt.shape[0], NT_ALIGN // in_bytes):
                         memref.PrefetchOp(rhs, [*rhs_at(b), ahead, arith.AddIOp(j, cst(off)).result], False,
                                           4 - options.prefetch_level, True)
+            if side and vt is not None:  # each row's lines of the step, further along the row
+                ahead = [arith.MinUIOp(arith.AddIOp(j, cst(off + options.side_prefetch_bytes // in_bytes)).result,
+                                       N_last).result for off in range(0, vt.shape[0], NT_ALIGN // in_bytes)]
+                for k in ks:
+                    for jp in ahead:
+                        memref.PrefetchOp(rhs, [*rhs_at(b), k, jp], False, 4 - options.prefetch_level, True)
             for u, k in enumerate(ks):
                 y = rhs_load(nvtype(vt), [*rhs_at(b), k, j])
                 wide = widen(y)
@@ -622,14 +639,14 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
         ok = arith.CmpIOp(arith.CmpIPredicate.eq, bad, zero).result
         return arith.SelectOp(ok, arith.DivUIOp(N, cst(line)).result, zero).result
 
-    def in_blocks(outer, unroll, prefetch=False):
+    def in_blocks(outer, unroll, prefetch=False, side=False):
         """Every k, `unroll` rows of rhs per pass over j, then the last ones alone;
         `prefetch` with one row a step only."""
         if unroll == 1:
             return loop(zero, K, one, lambda k: rows(outer, k, 1, prefetch))
         u = cst(unroll)
         k_main = arith.SubIOp(K, arith.RemUIOp(K, u).result).result
-        loop(zero, k_main, u, lambda k: rows(outer, k, unroll))
+        loop(zero, k_main, u, lambda k: rows(outer, k, unroll, side=side))
         loop(k_main, K, one, lambda k: rows(outer, k, 1))
 
     # a fused matmul's slot rows each start at their own alignment: one row per step
@@ -650,7 +667,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
             scf.YieldOp([])
 
         def otherwise():
-            in_blocks(outer, unroll)
+            in_blocks(outer, unroll, side=options.side_prefetch_bytes > 0 and slot is None)
             scf.YieldOp([])
         if_op = scf.IfOp(short_dense_rows, has_else=True)
         with ir.InsertionPoint(if_op.then_block):
