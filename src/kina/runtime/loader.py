@@ -787,19 +787,19 @@ class CallSequence:
     Each call runs as calling it alone runs it (its descriptors checked if patched),
     with the same bits; but the calls themselves are made from C (kina_threads.c's
     kina_run_sequence), one after the other, so the host's interpreter does not run
-    between them, and they share one workspace (grown to what the largest needs at
-    their sizes; call i's threads have all finished before call i + 1 zeroes its task
-    counters). Each temporary of a layer then lies where the layer before left its own,
-    in the cache, not in one of 30 blocks that a token touches once each: a SmolLM-shape
-    F16 decode step on two threads took 10.8 -> 10.55 ms (docs/performance.md, "One
-    workspace for a token's calls"). That matters when the
-    calls stream more than the caches hold: a SmolLM-shape decode layer reads 14 MB
-    of weights, after which each line of Python between two layers missed the
-    caches, and the host's part of a 2-thread layer call was about 80 us (of 1 ms) on
-    the Zen 1 VM. `threads` applies to every call (each on that many threads if it has
-    a threaded entry, as PreparedCall.threads; default 1). Where the module cannot
-    (built without kinac's passes, or a function without kina_<f>_packed), or the
-    team is busy with another call, the calls are made one by one from here instead.
+    between them. That matters when the calls stream more than the caches hold: a
+    SmolLM-shape decode layer reads 14 MB of weights, after which each line of Python
+    between two layers missed the caches, and the host's part of a 2-thread layer call
+    was about 80 us (of 1 ms) on the Zen 1 VM. The threaded calls share one workspace,
+    grown to what the largest needs at their sizes (call i's threads have all finished
+    before call i + 1 zeroes its task counters), so each layer's temporaries lie where
+    the layer before left its own, in the cache, not in one of 30 blocks a token
+    touches once each: a SmolLM-shape F16 decode step on two threads, 11.33 -> 11.07 ms
+    (docs/performance.md, "One workspace for a token's calls"). `threads` applies to
+    every call (each on that many threads if it has a threaded entry, as
+    PreparedCall.threads; default 1). Where the module cannot (built without kinac's
+    passes, or a function without kina_<f>_packed), or the team is busy with another
+    call, the calls are made one by one from here instead, each in its own workspace.
     The calls keep their own state: patch them (set_dim, ...) between runs."""
 
     def __init__(self, calls, threads: int = 1):
