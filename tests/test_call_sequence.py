@@ -2,8 +2,8 @@
 
 A chain of calls, each reading the one before's result, gives the bits of the same
 calls made one by one, on 1, 2 and 3 threads, with a function that has no threaded
-entry among them; the calls share one workspace, as large as the largest needs, which
-grows when a patched size needs more; a module
+entry among them; the calls share one workspace, sized when they were prepared for the
+largest sizes a patch may give them, and a patched size up to those runs in it; a module
 without the C runner (-O0), and a team busy with another call, fall back to calls
 made one by one, with the same bits; mistakes are TypeErrors or ValueErrors that name
 what was wrong.
@@ -87,7 +87,7 @@ def test_a_chain_gives_the_bits_of_its_calls_one_by_one(module, threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_workspace_grows_when_a_patched_size_needs_more(module, threads):
+def test_patched_sizes_up_to_the_largest_run_in_the_workspace_sized_at_prepare(module, threads):
     rng = np.random.default_rng(1)
     H, D, S = 9, 64, 2047
     q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(1, H, 1, D), (1, H, D, S), (1, H, S, D)])
@@ -97,6 +97,9 @@ def test_a_workspace_grows_when_a_patched_size_needs_more(module, threads):
     for s in (1, 33, S):  # each run needs more workspace than the one before
         call.set_dim("S", s)
         seq()
+        if threads > 1:  # sized once, for S at its largest
+            assert seq._workspace.capacity == call._most_workspace == module.attend._workspace_bytes(
+                *module.attend.prepare([q, k, v], [out], dims=("S",))._pointers)
         (want,) = module.attend(q, np.ascontiguousarray(k[..., :s]), v[:, :, :s], threads=1)
         assert np.array_equal(out, want), s
 
@@ -112,11 +115,36 @@ def test_the_calls_share_one_workspace_the_size_of_the_largest_need(module):
     attends[1].set_dim("S", 7)  # the two attends need different workspaces; so do the mlps
     seq()
     needs = [c._fn._workspace_bytes(*c._pointers) for c in seq.calls if c._fn.threaded]
-    assert len(set(needs)) > 1 and seq._workspace.capacity == max(needs)
+    assert len(set(needs)) > 1 and seq._workspace.capacity == max(needs)  # attends[0]'s, at its largest S
     assert all(c._workspace.capacity == 0 for c in seq.calls)  # none of their own
     assert np.array_equal(xs[-1], one_by_one(calls, xs, 1))
     (want,) = module.attend(q, np.ascontiguousarray(k[..., :7]), v[:, :, :7], threads=1)
     assert np.array_equal(outs[0], module.attend(q, k, v, threads=1)[0]) and np.array_equal(outs[1], want)
+
+
+def test_set_dim_patches_every_call_prepared_with_the_dim(module):
+    rng = np.random.default_rng(4)
+    H, D, S = 9, 64, 200
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(1, H, 1, D), (1, H, D, S), (1, H, S, D)])
+    outs = [runtime.empty((1, H, 1, D), np.float32) for _ in range(2)]
+    attends = [module.attend.prepare([q, k[..., :S - 10 * i], v], [out], dims=("S",)) for i, out in enumerate(outs)]
+    calls, xs = chain(module, 1)
+    seq = runtime.CallSequence([attends[0], *calls, attends[1]], threads=2)
+    mlp_words = [c.words.copy() for c in calls]
+    seq.set_dim("S", 57)  # the mlps have no S: left as they are
+    assert all(np.array_equal(c.words, w) for c, w in zip(calls, mlp_words))
+    seq()
+    (want,) = module.attend(q, np.ascontiguousarray(k[..., :57]), v[:, :, :57], threads=1)
+    assert np.array_equal(outs[0], want) and np.array_equal(outs[1], want)
+    assert np.array_equal(xs[-1], one_by_one(calls, xs, 1))
+    with pytest.raises(ValueError, match=r"S = 191 is outside 0 \.\. 190"):  # attends[1]'s k holds 190
+        seq.set_dim("S", 191)
+    with pytest.raises(ValueError, match="no call was prepared with dims=\\('K',\\)"):
+        seq.set_dim("K", 3)
+    seq.set_dim("S", 190)
+    seq()
+    (want,) = module.attend(q, np.ascontiguousarray(k[..., :190]), v[:, :, :190], threads=1)
+    assert np.array_equal(outs[0], want) and np.array_equal(outs[1], want)
 
 
 def test_without_the_runner_the_calls_are_made_one_by_one():

@@ -479,8 +479,7 @@ class StoryLM(Decoder):
         S = cache.n_filled
         x[0, 0] = self._embed[token]
         cos[0], sin[0] = self._cos[S], self._sin[S]
-        for call in run.calls[:-1]:
-            call.set_dim("S", S)  # k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
+        run.set_dim("S", S)  # every layer's k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
         run.threads = self._threads()  # each call all threads: the step's ops split between them
         run()  # the layers, then the head, in one entry from here
         cache._advance(1)

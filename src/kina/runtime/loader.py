@@ -660,6 +660,11 @@ class PreparedCall:
         self._pointers = fn._pointers(self._raw)
         self._args = (ctypes.c_void_p * len(self._pointers))(*self._pointers)  # as the team entry takes them
         self._check()
+        # the workspace bytes of its threaded entry at the largest sizes it may take: the
+        # descriptors start at them (every axis its buffer's length, or what the largest
+        # value of its dim makes it), no patch can pass them, and a workspace's need only
+        # grows with the sizes (temporaries' sizes are products and sums of them); 0 if none
+        self._most_workspace = fn._workspace_bytes(*self._pointers) if fn._workspace_bytes else 0
 
     def _where(self, name: str) -> int:
         start = self._start.get(name)
@@ -791,8 +796,9 @@ class CallSequence:
     SmolLM-shape decode layer reads 14 MB of weights, after which each line of Python
     between two layers missed the caches, and the host's part of a 2-thread layer call
     was about 80 us (of 1 ms) on the Zen 1 VM. The threaded calls share one workspace,
-    grown to what the largest needs at their sizes (call i's threads have all finished
-    before call i + 1 zeroes its task counters), so each layer's temporaries lie where
+    as large as the largest needs at the largest sizes its patches allow (known when it
+    was prepared: no work per run; call i's threads have all finished before call i + 1
+    zeroes its task counters), so each layer's temporaries lie where
     the layer before left its own, in the cache, not in one of 30 blocks a token
     touches once each: a SmolLM-shape F16 decode step on two threads, 11.33 -> 11.07 ms
     (docs/performance.md, "One workspace for a token's calls"). `threads` applies to
@@ -800,7 +806,8 @@ class CallSequence:
     PreparedCall.threads; default 1). Where the module cannot (built without kinac's
     passes, or a function without kina_<f>_packed), or the team is busy with another
     call, the calls are made one by one from here instead, each in its own workspace.
-    The calls keep their own state: patch them (set_dim, ...) between runs."""
+    The calls keep their own state: patch them (set_dim, ...) between runs, or give a dim
+    to all of them at once with the sequence's own `set_dim`."""
 
     def __init__(self, calls, threads: int = 1):
         calls = list(calls)
@@ -816,6 +823,7 @@ class CallSequence:
                 raise ValueError(f"CallSequence: calls[{i}] is of {c._fn._module.path.name}, calls[0] of "
                                  f"{module.path.name}: every call must be of one module")
         self.calls, self._module, self.threads = calls, module, _check_threads("CallSequence", threads)
+        self._dims: dict = {}  # dim -> (the largest value every call takes, each call's size words): set_dim
         n = len(calls)
         self._native = (all(c._fn._packed is not None for c in calls)
                         and hasattr(module._lib, "kina_run_sequence"))
@@ -826,8 +834,28 @@ class CallSequence:
             self._team = (ctypes.c_void_p * n)(*team)
             self._args = (ctypes.c_void_p * n)(*[ctypes.addressof(c._args) for c in calls])
             self._workspace = Workspace()  # shared: the calls run one at a time
+            self._most = max(c._most_workspace for c in calls)  # what the largest sizes need, known at prepare
             self._ws = (ctypes.c_void_p * n)(*[self._workspace.descriptor] * n)
             self._zero = (ctypes.c_int64 * n)(*[c._fn._counter_bytes or 0 for c in calls])
+
+    def set_dim(self, dim: str, n: int) -> None:
+        """`set_dim(dim, n)` on every call prepared with `dim` (`prepare(dims=...)`), in one
+        pass over their size words (a decode step's 30 layers: 120 stores, not 30 method
+        calls); `n` must be in every such call's `dim_range`."""
+        found = self._dims.get(dim)
+        if found is None:
+            calls = [c for c in self.calls if dim in c._dim_words]
+            if not calls:
+                raise ValueError(f"CallSequence: set_dim: no call was prepared with dims=({dim!r},)")
+            found = self._dims[dim] = (min(c._dim_words[dim][0] for c in calls),
+                                       tuple((c._raw, word, const, coeff) for c in calls
+                                             for word, const, coeff in c._dim_words[dim][1]))
+        largest, words = found
+        if not 0 <= n <= largest:
+            raise ValueError(f"CallSequence: set_dim: {dim} = {n} is outside 0 .. {largest}, what the buffers "
+                             f"of every call prepared with it hold")
+        for raw, word, const, coeff in words:
+            raw[word] = const + coeff * n
 
     def __call__(self) -> None:
         module, threads = self._module, _check_threads("CallSequence", self.threads)
@@ -841,8 +869,7 @@ class CallSequence:
                 module._lib.kina_run_sequence(None, len(self.calls), self._packed, self._team, self._args, self._ws,
                                               self._zero, 1)
                 return
-            needs = [c._fn._workspace_bytes(*c._pointers) for c in self.calls if c._fn._team_entry is not None]
-            self._workspace.reserve(max(needs, default=0))
+            self._workspace.reserve(self._most)  # a no-op after the first run
             if module.team(threads - 1).run_sequence(len(self.calls), self._packed, self._team, self._args,
                                                      self._ws, self._zero, threads):
                 return
