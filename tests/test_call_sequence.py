@@ -141,6 +141,10 @@ def test_set_dim_patches_every_call_prepared_with_the_dim(module):
         seq.set_dim("S", 191)
     with pytest.raises(ValueError, match="no call was prepared with dims=\\('K',\\)"):
         seq.set_dim("K", 3)
+    with pytest.raises(TypeError, match="S must be an integer, got float"):
+        seq.set_dim("S", 5.0)
+    with pytest.raises(TypeError, match="S must be an integer, got float"):
+        attends[0].set_dim("S", 5.0)
     seq.set_dim("S", 190)
     seq()
     (want,) = module.attend(q, np.ascontiguousarray(k[..., :190]), v[:, :, :190], threads=1)

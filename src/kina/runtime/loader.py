@@ -36,6 +36,7 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 import os
 import threading
 from pathlib import Path
@@ -722,6 +723,8 @@ class PreparedCall:
             largest, words = self._dim_words[dim]
         except KeyError:
             raise ValueError(f"{self._fn.__name__}(): set_dim: dim {dim!r} was not named to prepare(dims=...)") from None
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+            raise TypeError(f"{self._fn.__name__}(): set_dim: {dim} must be an integer, got {type(n).__name__}")
         if not 0 <= n <= largest:
             raise ValueError(f"{self._fn.__name__}(): set_dim: {dim} = {n} is outside 0 .. {largest}, what the "
                              f"buffers given to prepare hold")
@@ -851,6 +854,8 @@ class CallSequence:
                                        tuple((c._raw, word, const, coeff) for c in calls
                                              for word, const, coeff in c._dim_words[dim][1]))
         largest, words = found
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+            raise TypeError(f"CallSequence: set_dim: {dim} must be an integer, got {type(n).__name__}")
         if not 0 <= n <= largest:
             raise ValueError(f"CallSequence: set_dim: {dim} = {n} is outside 0 .. {largest}, what the buffers "
                              f"of every call prepared with it hold")
