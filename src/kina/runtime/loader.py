@@ -557,6 +557,14 @@ def call_concurrently(calls: list["PreparedCall"]) -> None:
     workers.run_concurrently(fn._cfunc, [c._pointers for c in calls])
 
 
+def _check_dim_value(where: str, dim: str, n, largest: int, bound: str) -> None:
+    """A value set_dim takes: an integer from 0 to `largest` (`bound` says what sets it)."""
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+        raise TypeError(f"{where}: {dim} must be an integer, got {type(n).__name__}")
+    if not 0 <= n <= largest:
+        raise ValueError(f"{where}: {dim} = {n} is outside 0 .. {largest}, what {bound}")
+
+
 class PreparedCall:
     """One call's memref descriptors, built once, for a caller that calls the same
     kernel on the same buffers again and again (kina.models.KVCache's in-place step,
@@ -723,11 +731,7 @@ class PreparedCall:
             largest, words = self._dim_words[dim]
         except KeyError:
             raise ValueError(f"{self._fn.__name__}(): set_dim: dim {dim!r} was not named to prepare(dims=...)") from None
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool):
-            raise TypeError(f"{self._fn.__name__}(): set_dim: {dim} must be an integer, got {type(n).__name__}")
-        if not 0 <= n <= largest:
-            raise ValueError(f"{self._fn.__name__}(): set_dim: {dim} = {n} is outside 0 .. {largest}, what the "
-                             f"buffers given to prepare hold")
+        _check_dim_value(f"{self._fn.__name__}(): set_dim", dim, n, largest, "the buffers given to prepare hold")
         for word, const, coeff in words:
             raw[word] = const + coeff * n
 
@@ -854,11 +858,7 @@ class CallSequence:
                                        tuple((c._raw, word, const, coeff) for c in calls
                                              for word, const, coeff in c._dim_words[dim][1]))
         largest, words = found
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool):
-            raise TypeError(f"CallSequence: set_dim: {dim} must be an integer, got {type(n).__name__}")
-        if not 0 <= n <= largest:
-            raise ValueError(f"CallSequence: set_dim: {dim} = {n} is outside 0 .. {largest}, what the buffers "
-                             f"of every call prepared with it hold")
+        _check_dim_value("CallSequence: set_dim", dim, n, largest, "the buffers of every call prepared with it hold")
         for raw, word, const, coeff in words:
             raw[word] = const + coeff * n
 
