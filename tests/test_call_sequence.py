@@ -3,7 +3,8 @@
 A chain of calls, each reading the one before's result, gives the bits of the same
 calls made one by one, on 1, 2 and 3 threads, with a function that has no threaded
 entry among them; the calls share one workspace, sized when they were prepared for the
-largest sizes a patch may give them, and a patched size up to those runs in it; a module
+largest sizes a patch may give them, and a patched size up to those runs in it (so does a
+prepared call's run alone, in its own workspace); a module
 without the C runner (-O0), and a team busy with another call, fall back to calls
 made one by one, with the same bits; mistakes are TypeErrors or ValueErrors that name
 what was wrong.
@@ -86,19 +87,21 @@ def test_a_chain_gives_the_bits_of_its_calls_one_by_one(module, threads):
     assert np.array_equal(xs[-1], want)
 
 
+@pytest.mark.parametrize("alone", [False, True])  # in a sequence, or a prepared call run by itself
 @pytest.mark.parametrize("threads", [1, 2])
-def test_patched_sizes_up_to_the_largest_run_in_the_workspace_sized_at_prepare(module, threads):
+def test_patched_sizes_up_to_the_largest_run_in_the_workspace_sized_at_prepare(module, threads, alone):
     rng = np.random.default_rng(1)
     H, D, S = 9, 64, 2047
     q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(1, H, 1, D), (1, H, D, S), (1, H, S, D)])
     out = runtime.empty((1, H, 1, D), np.float32)
-    call = module.attend.prepare([q, k, v], [out], dims=("S",))
-    seq = runtime.CallSequence([call], threads=threads)
+    call = module.attend.prepare([q, k, v], [out], dims=("S",), threads=threads)
+    seq = call if alone else runtime.CallSequence([call], threads=threads)
+    workspace = call._workspace if alone else seq._workspace
     for s in (1, 33, S):  # each run needs more workspace than the one before
         call.set_dim("S", s)
         seq()
-        if threads > 1:  # sized once, for S at its largest
-            assert seq._workspace.capacity == call._most_workspace == module.attend._workspace_bytes(
+        if threads > 1:  # sized once, for S at its largest, without asking the entry again
+            assert workspace.capacity == call._most_workspace == module.attend._workspace_bytes(
                 *module.attend.prepare([q, k, v], [out], dims=("S",))._pointers)
         (want,) = module.attend(q, np.ascontiguousarray(k[..., :s]), v[:, :, :s], threads=1)
         assert np.array_equal(out, want), s

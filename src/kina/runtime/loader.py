@@ -457,11 +457,15 @@ class Function:
         (whatever its size)."""
         return PreparedCall(self, arrays, outs, dims, _check_threads(self.__name__, threads))
 
-    def _run_threaded(self, pointers: list[int], threads: int, workspace: "Workspace", args=None) -> None:
+    def _run_threaded(self, pointers: list[int], threads: int, workspace: "Workspace", args=None,
+                      need: int | None = None) -> None:
         """The threaded entry on `threads` threads (this one and workers), each with its id,
-        sharing `workspace`, grown first to the bytes this call's sizes need; `args`, if
-        given, is `pointers` as the ctypes array the team entry takes (a prepared call's)."""
-        descriptor = workspace.fit(self._workspace_bytes(*pointers), self._counter_bytes)
+        sharing `workspace`, grown first to `need` bytes (default: what this call's sizes
+        need, asked of the entry); `args`, if given, is `pointers` as the ctypes array the
+        team entry takes (a prepared call's)."""
+        if need is None:
+            need = self._workspace_bytes(*pointers)
+        descriptor = workspace.fit(need, self._counter_bytes)
         if self._team_entry is not None:
             if args is None:
                 args = (ctypes.c_void_p * len(pointers))(*pointers)
@@ -784,7 +788,7 @@ class PreparedCall:
 
     def _run(self, threads: int) -> None:
         if threads > 1 and self._fn.threaded:
-            self._fn._run_threaded(self._pointers, threads, self._workspace, self._args)
+            self._fn._run_threaded(self._pointers, threads, self._workspace, self._args, self._most_workspace)
         else:
             self._fn._cfunc(*self._pointers)
 
