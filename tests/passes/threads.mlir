@@ -449,3 +449,99 @@ func.func @kina_hoist_blocked(%x: memref<1x1x576xf32>, %w1: memref<576x1536xf32>
   }
   return
 }
+
+// A run of small ops before a split op joins its task when each can be cut into the
+// same parts and every part then reads only what the same part wrote (_absorb): the sums
+// of split-k's partial rows p[8, 1, 1536] and their square, h, cut into 4 parts of 384
+// columns, then the next matmul's split-k chunks of h, viewed [8, 1, 192], 4 parts of 2
+// chunks: the same 384 elements of h. One task, no wait between the sums and the matmul.
+// Without fuse, or when a small op reads h whole (a mean of it), they stay apart.
+// CHECK-LABEL: func.func @kina_absorb_threaded(
+// CHECK:         %[[H:.+]] = memref.view %arg5[%{{.+}}][] : memref<?xi8> to memref<1x1x1536xf32>
+// CHECK-NOT:     scf.if
+// CHECK:         scf.while
+// CHECK:         ^bb0(%[[C:.+]]: index):
+// CHECK:           %[[LO:.+]] = arith.muli %[[C]], %c384 : index
+// CHECK:           %[[H1:.+]] = memref.subview %[[H]][0, 0, %[[LO]]] [1, 1, 384] [1, 1, 1]
+// CHECK:           linalg.fill ins(%{{.+}} : f32) outs(%[[H1]] :
+// CHECK:           linalg.generic {{.*}} outs(%[[H1]] :
+// CHECK:           %[[H2:.+]] = memref.subview %[[H]][0, 0, %[[LO]]] [1, 1, 384] [1, 1, 1]
+// CHECK:           linalg.generic {{.*}} ins(%[[H2]] : {{.*}} outs(%[[H2]] :
+// CHECK:           %[[LO2:.+]] = arith.muli %[[C]], %c2 : index
+// CHECK:           memref.subview %{{.+}}[%[[LO2]], 0, 0] [2, 1, 192] [1, 1, 1]
+// CHECK:           memref.subview %arg1[%[[LO2]], 0, 0] [2, 192, 576] [1, 1, 1]
+// CHECK:           linalg.fill
+// CHECK:           linalg.generic
+// CHECK:           func.call @kina_done
+// CHECK-NEXT:      scf.yield
+// CHECK-NEXT:    }
+// CHECK-NOT:     call @kina_
+// CHECK:         return
+// NOFUSE-LABEL: func.func @kina_absorb_threaded(
+// NOFUSE:         call @kina_claim
+// NOFUSE:         scf.if
+// NOFUSE:         call @kina_wait
+// NOFUSE:         scf.while
+// NOFUSE:         return
+// CHECK-LABEL: func.func @kina_absorb_blocked_threaded(
+// CHECK:         scf.if
+// CHECK:         call @kina_wait
+// CHECK:         scf.while
+// CHECK:         return
+#skin = affine_map<(c, b, i, j) -> (c, i, j)>
+#skout = affine_map<(c, b, i, j) -> (b, i, j)>
+#cl = affine_map<(c, i, k, j) -> (c, i, k)>
+#cr = affine_map<(c, i, k, j) -> (c, k, j)>
+#co = affine_map<(c, i, k, j) -> (c, i, j)>
+func.func @kina_absorb(%p: memref<8x1x1536xf32>, %w: memref<8x192x576xf32>, %out0: memref<8x1x576xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  %h = memref.alloc() : memref<1x1x1536xf32>
+  linalg.fill ins(%zero : f32) outs(%h : memref<1x1x1536xf32>)
+  linalg.generic {indexing_maps = [#skin, #skout], iterator_types = ["reduction", "parallel", "parallel", "parallel"]} ins(%p : memref<8x1x1536xf32>) outs(%h : memref<1x1x1536xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %o, %a : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%h : memref<1x1x1536xf32>) outs(%h : memref<1x1x1536xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %a : f32
+    linalg.yield %m : f32
+  }
+  %base, %offset, %sizes:3, %strides:3 = memref.extract_strided_metadata %h : memref<1x1x1536xf32> -> memref<f32>, index, index, index, index, index, index, index
+  %hv = memref.reinterpret_cast %h to offset: [%offset], sizes: [8, 1, 192], strides: [192, 192, 1] : memref<1x1x1536xf32> to memref<8x1x192xf32, strided<[192, 192, 1], offset: ?>>
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<8x1x576xf32>)
+  linalg.generic {indexing_maps = [#cl, #cr, #co], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%hv, %w : memref<8x1x192xf32, strided<[192, 192, 1], offset: ?>>, memref<8x192x576xf32>) outs(%out0 : memref<8x1x576xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+func.func @kina_absorb_blocked(%p: memref<8x1x1536xf32>, %w: memref<8x192x576xf32>, %out0: memref<8x1x576xf32>, %out1: memref<1x1xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.0 : f32
+  %h = memref.alloc() : memref<1x1x1536xf32>
+  linalg.fill ins(%zero : f32) outs(%h : memref<1x1x1536xf32>)
+  linalg.generic {indexing_maps = [#skin, #skout], iterator_types = ["reduction", "parallel", "parallel", "parallel"]} ins(%p : memref<8x1x1536xf32>) outs(%h : memref<1x1x1536xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %o, %a : f32
+    linalg.yield %s : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%out1 : memref<1x1xf32>)
+  linalg.generic {indexing_maps = [#id3, #row3], iterator_types = ["parallel", "parallel", "reduction"]} ins(%h : memref<1x1x1536xf32>) outs(%out1 : memref<1x1xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %o, %a : f32
+    linalg.yield %s : f32
+  }
+  %base, %offset, %sizes:3, %strides:3 = memref.extract_strided_metadata %h : memref<1x1x1536xf32> -> memref<f32>, index, index, index, index, index, index, index
+  %hv = memref.reinterpret_cast %h to offset: [%offset], sizes: [8, 1, 192], strides: [192, 192, 1] : memref<1x1x1536xf32> to memref<8x1x192xf32, strided<[192, 192, 1], offset: ?>>
+  linalg.fill ins(%zero : f32) outs(%out0 : memref<8x1x576xf32>)
+  linalg.generic {indexing_maps = [#cl, #cr, #co], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%hv, %w : memref<8x1x192xf32, strided<[192, 192, 1], offset: ?>>, memref<8x192x576xf32>) outs(%out0 : memref<8x1x576xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
