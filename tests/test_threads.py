@@ -130,6 +130,9 @@ def test_a_matmul_moved_past_small_ops_into_the_chain_before_gives_the_same_bits
     _chains); in `dep`, (x + x) @ w2 reads what the small ops write, and stays after them:
     every result as on one thread, on 2, 3 and 7."""
     two = kina.compile_source(TWO, "two.kina", dims={"K": K, "N": N})
+    # a task fewer in `two`: x @ w2 joined x @ w1's (and still does when the fill of x @ w1's
+    # sums went into x @ w1's split-k parts: ops of different extents in one task)
+    assert two.two._counter_bytes < two.dep._counter_bytes
     rng = np.random.default_rng(K)
     args = [rng.standard_normal(s).astype(np.float32) for s in [(1, 1, K), (K, N), (K, N)]]
     x, w1, w2 = args

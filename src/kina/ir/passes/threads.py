@@ -58,9 +58,10 @@ Nothing waits for a thread to arrive, so a thread the system has not scheduled y
 takes no part and delays no one (kina_threads.c, linked into the .so, has the three
 functions). Consecutive split ops cut along loops of the same extent, into the same parts, are one
 task (`fuse`) when every buffer one of them writes and another touches is cut along the
-same dim of it in both (through subviews from 0, reshapes that keep that dim, casts): a
-part then runs each op on its range in turn, and reads only what the same part of the
-ops before it wrote. A prefill's RMSNorm (x * x, its mean per row, x times its rsqrt,
+same dim of it in both (through subviews from 0, reshapes that keep that dim, casts), or,
+cut into as many parts of static widths along loops of different extents, when both cut
+every such buffer into the same ranges of its elements: a part then runs each op on its
+range in turn, and reads only what the same part of the ops before it wrote. A prefill's RMSNorm (x * x, its mean per row, x times its rsqrt,
 times the weight) is then one task cut along the prompt's rows, not four:
 
       scf.while (%c = call @kina_claim(task 0)) < %parts {   // rows [%lo, %lo + %n)
@@ -489,8 +490,10 @@ def _chains(tasks, fuse: bool, opts: "Threads") -> list[tuple[str, list]]:
     split along a loop of the same extent
     (the same static size, or the same symbolic one) into the same static width or both
     sized at run time, and when every buffer one of them writes and another touches is cut
-    along the same dim of it in both: part c of it then reads only what part c of the
-    chain's earlier ops wrote, which the same thread has just run. Not along a
+    along the same dim of it in both; or into as many parts of static widths, every such
+    buffer cut into the same ranges of its elements by both (_fusable): part c of it then
+    reads only what part c of the chain's earlier ops wrote, which the same thread has
+    just run. Not along a
     parameter's symbolic leading dim: that is a batch, 1 in a decode step, so the chain
     would be one part, and the Section 19 step (every op cut along B) took 0.35 ms so on
     two threads against 0.29 as separate tasks of one part each (measured, not explained:
@@ -498,7 +501,9 @@ def _chains(tasks, fuse: bool, opts: "Threads") -> list[tuple[str, list]]:
     last, with a run of small ops between, moves ahead of that run (the run's ops move
     after it) when the two conflict nowhere (_conflict): the run runs after the chain,
     as one thread would run it anyway, and the other threads stream the group's weights
-    on without a wait. The same bits: the moved ops read and write what they did."""
+    on without a wait. Else the run joins the group's task, each of its ops cut into the
+    group's parts, when they can be (_absorb). The same bits: the moved ops read and write
+    what they did."""
     out: list = []
     for kind, group in tasks:
         if kind == "small" and out and out[-1][0] == "small":
@@ -534,7 +539,7 @@ def _absorb(small, group, plan, opts: "Threads") -> list | None:
     """The run of small ops `small` as split groups [(group, plan)] cut into the same parts
     as `group` (split by `plan`, in parts of a static width), when each can be and each
     part of the chain they make then reads only what the same part wrote before it
-    (_fusable with spans): a decode step's split-k sums of gate and up, their silu and
+    (_fusable): a decode step's split-k sums of gate and up, their silu and
     product, cut into the columns of h that the down projection's part of split-k
     chunks reads:
 
@@ -559,7 +564,7 @@ def _absorb(small, group, plan, opts: "Threads") -> list | None:
         groups.append((g, p))
     members = [*groups, (group, plan)]
     for k, (g2, p2) in enumerate(members):
-        if not all(_fusable(g1, p1, g2, p2, spans=True) for g1, p1 in members[:k]):
+        if not all(_fusable(g1, p1, g2, p2) for g1, p1 in members[:k]):
             return None
     return groups
 
@@ -591,15 +596,16 @@ def _extent_key(src: ir.Value, pos: int):
     return size
 
 
-def _fusable(g1, plan1, g2, plan2, spans: bool = False) -> bool:
-    """Whether group g2 can run in the same parts as g1, right after it (see _chains). With
-    `spans`, also when the two are cut along loops of different extents into as many parts
-    of static widths, and every buffer one writes and the other touches is cut by both into
-    the same ranges of its elements (_span; see _absorb)."""
+def _fusable(g1, plan1, g2, plan2) -> bool:
+    """Whether group g2 can run in the same parts as g1, right after it (see _chains): both
+    cut along loops of the same extent into the same parts, every buffer one writes and the
+    other touches cut along the same dim of it; or into as many parts of static widths along
+    loops of different extents, every such buffer cut by both into the same ranges of its
+    elements (_span; see _absorb)."""
     (src1, pos1), (src2, pos2) = plan1[2], plan2[2]
     key = _extent_key(src1, pos1)
     same_loop = key is not None and key == _extent_key(src2, pos2) and plan1[6] == plan2[6]
-    if not same_loop and not (spans and plan1[6] and plan2[6] and _parts(plan1) == _parts(plan2)):
+    if not same_loop and not (plan1[6] and plan2[6] and _parts(plan1) == _parts(plan2)):
         return False
     if _batch(src1, pos1) or _batch(src2, pos2):
         return False  # a parameter's symbolic leading dim, a batch: 1 part at decode (see _chains)
@@ -617,7 +623,7 @@ def _fusable(g1, plan1, g2, plan2, spans: bool = False) -> bool:
         if same_loop and len(dims) == 1 and None not in dims:
             continue
         ranges = {_span(v, p, width) for root, v, p, width in cuts if root == r}
-        if not (spans and len(ranges) == 1 and None not in ranges):
+        if len(ranges) != 1 or None in ranges:
             return False
     return True
 
