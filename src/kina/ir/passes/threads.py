@@ -415,7 +415,7 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> tuple[ir.Value, int]:
 
     for k, (kind, group) in enumerate(tasks):
         if kind == "split":  # a chain of groups, each [fill?, op], planned again: the temporaries are views now
-            members = [(g, _plan(g[-1], opts) or _plan(g[-1], replace(opts, min_bytes=1, parts=n)))
+            members = [(g, _plan(g[-1], opts) or _plan_in(g[-1], n, opts))
                        for g, n in group]  # (or else a small op _absorb cut into the chain's n parts)
             group = [o for g, _ in members for o in g]
         first, main = group[0], group[-1]
@@ -472,7 +472,7 @@ def _tasks(ops, opts: "Threads") -> list[tuple[str, list]]:
             j = i
             while j < len(ops) and _kind(ops[j]) in ("pure", "alloc"):
                 j += 1
-            if j < len(ops) and ops[j].name == "linalg.generic" and op.operands[-1] in list(ops[j].opview.outputs):
+            if j < len(ops) and _fills_output(op, ops[j]):
                 group = [op, ops[j]]
                 i = j + 1
         if kind == "split" and _plan(group[-1], opts) is not None:
@@ -555,11 +555,10 @@ def _absorb(small, group, plan, opts: "Threads") -> list | None:
     groups, i = [], 0
     while i < len(small):  # a fill goes with the generic after it that writes what it filled
         g = small[i:i + 2] if small[i].name == "linalg.fill" and i + 1 < len(small) and \
-            small[i + 1].name == "linalg.generic" and small[i].operands[-1] in list(small[i + 1].opview.outputs) \
-            else small[i:i + 1]
+            _fills_output(small[i], small[i + 1]) else small[i:i + 1]
         i += len(g)
-        p = _plan(g[-1], replace(opts, min_bytes=1, parts=parts))
-        if p is None or p[6] is None or ir.MemRefType(p[2][0].type).shape[p[2][1]] // p[6] != parts:
+        p = _plan_in(g[-1], parts, opts)
+        if p is None or p[6] is None or _parts(p) != parts:
             return None
         groups.append((g, p))
     members = [*groups, (group, plan)]
@@ -567,6 +566,16 @@ def _absorb(small, group, plan, opts: "Threads") -> list | None:
         if not all(_fusable(g1, p1, g2, p2) for g1, p1 in members[:k]):
             return None
     return groups
+
+
+def _fills_output(fill, op) -> bool:
+    """Whether `fill` fills the output of `op`, a generic (the two are then one group)."""
+    return op.name == "linalg.generic" and fill.operands[-1] in list(op.opview.outputs)
+
+
+def _plan_in(op, parts: int, opts: "Threads"):
+    """`_plan` of `op` into `parts` parts however few bytes it moves (_absorb)."""
+    return _plan(op, replace(opts, min_bytes=1, parts=parts))
 
 
 def _conflict(ops1, ops2) -> bool:
