@@ -96,6 +96,18 @@ def test_options_are_the_passes_own_fields():
         MatmulLoops(unroll=0)
 
 
+def test_a_pass_given_options_twice_takes_both():
+    """selected's options set a pass that runs once: a pass named again keeps what it was
+    given before (StoryLM's fma=true with a caller's matmul-loops{unroll=4}); where both
+    give one option, the later wins. `kinac opt --passes` is a pipeline and keeps each."""
+    from kina.ir.passes import parse, selected
+    mm = lambda passes: next(p for p in passes if p.name == "matmul-loops")
+    both = mm(selected(3, "matmul-loops{fma=true},threads{parts=3},matmul-loops{unroll=4}"))
+    assert both.fma and both.unroll == 4
+    assert mm(selected(3, "matmul-loops{unroll=2},matmul-loops{unroll=4}")).unroll == 4
+    assert [(p.fma, p.unroll) for p in parse("matmul-loops{fma=true},matmul-loops{unroll=4}")] == [(True, 8), (False, 4)]
+
+
 def test_a_target_without_avx512_gets_register_tiles_that_fit_its_registers():
     """selected(..., flags): without avx512f, matmul-loops' tiles keep 64 bytes of sums per
     row (16 registers of 32 bytes), else the table's 384; options given on top still win,

@@ -1,9 +1,12 @@
 """The benchmark scripts run and print what they say: scripts/bench_k_layout.py, the C
 microbenchmark of the in-place cache's Kᵀ layout, one row per run length and gap (tiny
-sizes, so it takes a second); scripts/bench_matmul.py --quick, its tables well formed."""
+sizes, so it takes a second); scripts/bench_matmul.py --quick, its tables well formed;
+scripts/ab_passes.py, a row per variant (and thread count) with its ratio and bits."""
 import re
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -58,3 +61,57 @@ def test_bench_matmul_quick_prints_well_formed_tables():
     for dtype, P, K, N, kina, sgemm, ratio in prefill:
         assert float(kina) > 0 and float(sgemm) > 0
         assert abs(float(ratio) - float(kina) / float(sgemm)) <= 0.01 + 0.01 * float(ratio)
+
+
+AB_ROW = re.compile(r"^(\S+(?:, \dT)?)\s+([\d.]+) (?:ms|us)\s+([\d.]+)x\s+(same bits|differ: \S+ of the largest)\s+\[(.*)\]\s+\((.*)\)$")
+
+
+def ab_passes(*argv):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_passes.py"), *argv],
+                          capture_output=True, text=True, timeout=600)
+    return proc, {m.group(1): m.groups()[1:] for m in map(AB_ROW.match, proc.stdout.splitlines()) if m}
+
+
+def check_ab_rows(rows: dict, rounds: int) -> None:
+    """Each row's median is the median of its rounds, and its ratio that over the first row's
+    (of the same thread count), within the rounding of the printed figures."""
+    firsts = {}
+    for name, (median, ratio, _, _, rounds_shown) in rows.items():
+        ms = [float(x) for x in rounds_shown.split(", ")]
+        assert len(ms) == rounds and abs(float(median) - sorted(ms)[rounds // 2]) < 1e-9, (name, median, ms)
+        first = firsts.setdefault(name.rpartition(", ")[2] if ", " in name else "", float(median))
+        assert abs(float(ratio) - float(median) / first) <= 0.001 + 0.002 * float(ratio), (name, ratio)
+
+
+def test_ab_passes_model_shows_each_variant_with_its_bits():
+    """A variant that changes the sums (fma) differs from the default build's logits; one
+    that only cuts the work otherwise (threads{parts=4}) gives the same bits."""
+    proc, rows = ab_passes("model", "--shape", "tiny", "--dtype", "f32", "--rounds", "3", "--prompt", "4", "--new", "3",
+                           "default=", "fma=matmul-loops{fma=true}", "parts4=threads{parts=4}")
+    assert proc.returncode == 0, proc.stderr
+    assert "StoryLM tiny" in proc.stdout and "medians of 3 interleaved rounds" in proc.stdout
+    assert list(rows) == ["default", "fma", "parts4"], proc.stdout
+    assert rows["default"][1] == "1.000" and rows["default"][2] == rows["parts4"][2] == "same bits"
+    assert rows["fma"][2].startswith("differ: ") and rows["fma"][3] == "matmul-loops{fma=true}"
+    assert rows["default"][3] == "the default build"
+    check_ab_rows(rows, 3)
+
+
+def test_ab_passes_row_times_one_and_more_threads():
+    proc, rows = ab_passes("row", "--k", "64", "--n", "256", "--weights", "f32", "--rounds", "3",
+                           "--working-set-mib", "2", "--threads", "2", "a=", "b=matmul-loops{unroll=4}")
+    assert proc.returncode == 0, proc.stderr
+    assert list(rows) == ["a, 1T", "a, 2T", "b, 1T", "b, 2T"], proc.stdout
+    assert all(r[2] == "same bits" for r in rows.values())  # unroll keeps each sum's order
+    check_ab_rows(rows, 3)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["row", "x"], "expected NAME=PASS_OPTIONS (the options may be empty), got 'x'"),
+    (["row", "a=", "a="], "variant names must differ, got a, a"),
+    (["row", "a=threads{part=3}"], "variant a: pass_options: threads: unknown option 'part'"),
+    (["model", "--rounds", "0", "a="], "--rounds: expected a positive integer, got 0"),
+])
+def test_ab_passes_refuses_bad_arguments(argv, says):
+    proc, _ = ab_passes(*argv)
+    assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -327,10 +327,23 @@ def test_safetensors_round_trip(tmp_path):
     (dict(head_dim=7), ValueError, "head_dim = 7 must be even"),
     (dict(rope_scaling={"rope_type": "yarn"}), ValueError, "unknown rope_type 'yarn'"),
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), ValueError, "needs 'low_freq_factor'"),
+    (dict(pass_options="threads{part=2}"), ValueError, "^pass_options: threads: unknown option 'part'"),
+    (dict(pass_options=["threads"]), TypeError, "^pass_options: expected a string"),
 ])
 def test_bad_sizes(change, exc, words):
     with pytest.raises(exc, match=words):
         model(**change)
+
+
+def test_pass_options_reach_the_build_on_top_of_fma():
+    """pass_options build the layers with those options: matmul-loops{fma=true} is fma=True
+    bit for bit, and other bits than the default's; given with fma=True, a matmul-loops
+    option of its own keeps fma's (unroll=4 sums in the same order: fma's bits)."""
+    logits = lambda **kw: model(**kw).trace(PROMPT, 3).logits
+    plain, fma = logits(), logits(fma=True)
+    assert not np.array_equal(plain, fma)
+    assert np.array_equal(logits(pass_options="matmul-loops{fma=true}"), fma)
+    assert np.array_equal(logits(fma=True, pass_options="matmul-loops{unroll=4}"), fma)
 
 
 def test_bad_calls():

@@ -79,7 +79,8 @@ def _compile_parser():
                    help="0: none of the optimisation passes, LLVM at -O0; 1-3: every pass, LLVM at that level")
     p.add_argument("--pass-options", default="", metavar="PASSES",
                    help="options for passes of the build, as kinac opt --passes takes them:\n"
-                        "--pass-options 'matmul-loops{fma=true}' (see --list-passes)")
+                        "--pass-options 'matmul-loops{fma=true}' (see --list-passes); a pass\n"
+                        "named twice takes the options of both")
     p.add_argument("--version", action="version", version=version_text())
     return p
 

@@ -40,7 +40,7 @@ import numpy as np
 from .. import files, runtime
 from ..runtime import arena
 from .common import kina_dtype
-from .storylm import ROPE_TYPES, StoryLM, tensor_dtype, weight_dtype_of, weight_layout
+from .storylm import ROPE_TYPES, StoryLM, check_pass_options, tensor_dtype, weight_dtype_of, weight_layout
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not given (capped by the config's)
@@ -226,7 +226,8 @@ def hf_name(name: str) -> tuple[str, bool]:
 
 
 def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | None = None,
-                    allow_nonfinite: bool = False, fma: bool = False, weight_dtype=None) -> StoryLM:
+                    allow_nonfinite: bool = False, fma: bool = False, weight_dtype=None,
+                    pass_options: str = "") -> StoryLM:
     """The StoryLM of a Hugging Face Llama, Mistral or Qwen2 folder, its weights converted to
     `dtype` (default float32) and projections transposed to [in, out]; `weight_dtype`
     (float16 or bfloat16 with dtype float32: StoryLM's) holds the matrices narrower,
@@ -235,7 +236,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
     the positions. A weight that holds NaN or infinity (in the file, or after the
     conversion to `dtype`, as an F32 value past F16's range) is refused, naming the
     tensor and its file, unless `allow_nonfinite`. `fma`: the matmuls round each
-    multiply-add once (StoryLM's `fma`)."""
+    multiply-add once (StoryLM's `fma`); `pass_options`: StoryLM's, more options for the build's passes."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such model folder")
@@ -243,6 +244,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
     arch, stored, window = options.pop("architecture"), options.pop("dtype"), options.pop("sliding_window")
     dt = kina_dtype(np.float32 if dtype is None else dtype)
     wdt = weight_dtype_of(dt, weight_dtype)
+    check_pass_options(pass_options)  # before the tensors are read
     layout = weight_layout(options["n_layers"], options["qkv_bias"], options["o_bias"], options["tie_embeddings"])
     D, F, V = options["d_model"], options["ffn_dim"], options["vocab_size"]
     Q, KV = options["n_heads"] * options["head_dim"], options["n_kv_heads"] * options["head_dim"]
@@ -278,7 +280,7 @@ def load_pretrained(folder: str | os.PathLike, dtype=None, max_seq_len: int | No
             _require_finite(out.T if transposed else out, f"{path}: tensor {hf!r}", a)  # in the file's layout
         weights[name] = out
     model = StoryLM(**options, dtype=dt, weights=weights, _own_weights=True, allow_nonfinite=True, fma=fma,
-                    weight_dtype=wdt)
+                    weight_dtype=wdt, pass_options=pass_options)
     model.architecture, model.checkpoint_dtype, model.sliding_window, model.folder = arch, stored, window, folder
     return model
 

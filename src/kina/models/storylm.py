@@ -56,6 +56,9 @@ Guarantees:
   - By default each matmul sums in k order as fmul then fadd, the bits of -O0 and of
     any thread count; `fma=True` rounds each multiply-add once instead (prefill is
     compute-bound: about 1.35x faster there; still the same bits on any thread count).
+    `pass_options` gives the build's passes options on top (`kinac --pass-options` text,
+    "threads{parts=4}"), for measuring a variant (scripts/ab_passes.py); the bits are
+    then the variant's.
   - A weights mapping or file must hold exactly the documented tensors, each of its
     shape and of the model's dtype; anything else is a ValueError (TypeError for a
     dtype) naming the tensor. Bad sizes and token ids are errors naming the parameter.
@@ -230,6 +233,13 @@ def weight_dtype_of(dtype: np.dtype, weight_dtype) -> np.dtype:
     return wdt
 
 
+def check_pass_options(text) -> str:
+    """`text` if the build's passes take it as options (kina.driver.pipeline.Options checks
+    it at this opt level), else a TypeError or ValueError naming pass_options."""
+    from kina.driver.pipeline import Options
+    return Options(pass_options=text).pass_options
+
+
 def _positive(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
@@ -315,12 +325,14 @@ class StoryLM(Decoder):
                  eps: float = 1e-6, rope_theta: float = 10000.0, *, n_kv_heads: int | None = None,
                  head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False,
                  tie_embeddings: bool = False, rope_scaling: Mapping | None = None, allow_nonfinite: bool = False,
-                 threads: int | None = None, fma: bool = False, weight_dtype=None, _own_weights: bool = False):
+                 threads: int | None = None, fma: bool = False, weight_dtype=None, pass_options: str = "",
+                 _own_weights: bool = False):
         # the threads of each layer step and of the head (None: runtime.default_threads() at each token)
         self.threads = None if threads is None else count("threads", threads, 1)
         if not isinstance(fma, bool):
             raise TypeError(f"fma: expected True or False, got {type(fma).__name__}")
         self.fma = fma
+        self.pass_options = check_pass_options(pass_options)
         counts = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_dim=ffn_dim,
                       max_seq_len=max_seq_len)
         for name, value in counts.items():
@@ -413,7 +425,8 @@ class StoryLM(Decoder):
         largest = max(self.d_model * max(self.ffn_dim, self.n_heads * self.head_dim), self.vocab_size * self.d_model)
         return _program(KINA_DTYPES[self.dtype], self.d_model, self.n_kv_heads, self.n_heads // self.n_kv_heads,
                         self.head_dim, self.ffn_dim, self.vocab_size, self.fma,
-                        largest * self.weight_dtype.itemsize >= THREADED_MIN_WEIGHT_BYTES, KINA_DTYPES[self.weight_dtype])
+                        largest * self.weight_dtype.itemsize >= THREADED_MIN_WEIGHT_BYTES, KINA_DTYPES[self.weight_dtype],
+                        self.pass_options)
 
     def _layer(self, i: int, x, cos, sin, k_past, v_past, mask, outs) -> None:
         """Layer i on x [1, P, D] at rotary rows cos, sin [1, P, 1, 1, R], after the caches
@@ -599,20 +612,23 @@ THREADED_MIN_WEIGHT_BYTES = 128 << 10
 
 @functools.lru_cache(maxsize=None)
 def _program(dtype: str, d_model: int, n_kv_heads: int, group: int, head_dim: int, ffn_dim: int, vocab_size: int,
-             fma: bool = False, threaded: bool = True, weights: str | None = None):
+             fma: bool = False, threaded: bool = True, weights: str | None = None, pass_options: str = ""):
     """kernels/storylm.kina compiled for one dtype and size (B = 1; S and P stay symbolic);
     with `fma`, its matmuls round each multiply-add once (matmul-loops{fma=true}: faster
     where they are compute-bound, prefill; other bits than the default's); without
     `threaded`, no op of a symbolic size is split either (threads{symbolic=false}), so
     that, every static one being small, no function gets a threaded entry; `weights`:
-    the weight matrices' dtype U (default `dtype`; F16 or BF16 against F32 activations)."""
+    the weight matrices' dtype U (default `dtype`; F16 or BF16 against F32 activations);
+    `pass_options`: more pass options, on top of those (a pass named in both takes both)."""
     import kina
     from kina.driver.pipeline import Options
     dims = dict(B=1, D=d_model, Hk=n_kv_heads, G=group, Dh=head_dim, R=head_dim // 2, Q=n_kv_heads * group * head_dim,
                 KV=n_kv_heads * head_dim, F=ffn_dim, V=vocab_size)
     options = Options()
     given = [*(["matmul-loops{fma=true}"] if fma else []), *([] if threaded else ["threads{symbolic=false}"])]
-    if given and options.opt_level > 0:  # at -O0 neither pass runs
-        options = Options(pass_options=",".join(given))
+    if options.opt_level == 0:  # neither pass runs
+        given = []
+    if given or pass_options:
+        options = Options(pass_options=",".join([*given, *filter(None, [pass_options])]))
     return kina.compile_file(KERNELS / "storylm.kina", options, dims=dims,
                              dtypes={"T": dtype, "W": norm_dtype(dtype), "U": weights or dtype})

@@ -101,11 +101,12 @@ def selected(opt_level: int, with_options: str = "", flags=("avx512f",), cores: 
     optimisations, with the options of a target with the ISA extensions `flags` and
     `cores` threads (`for_target`; the default, AVX-512 and no cores, is the table's own
     defaults); `with_options` (`--passes` text, `matmul-loops{fma=true}`) sets some of them
-    on top. Raises `PipelineError` for a pass it names that does not run."""
+    on top, a pass named twice taking the options of both (the later wins where both give
+    one). Raises `PipelineError` for a pass it names that does not run."""
     table = for_target(flags, cores)
     chosen = [table[p.name] for p in PASSES if opt_level > 0 or not p.optimisation]
     if with_options:
-        given = {p.name: p for p in parse_pipeline(with_options, table)}
+        given = {p.name: p for p in parse_pipeline(with_options, table, fold=True)}  # the last has them all
         for name in given.keys() - {p.name for p in chosen}:
             raise PipelineError(f"pass '{name}' does not run at -O{opt_level}: nothing to give options to")
         chosen = [given.get(p.name, p) for p in chosen]

@@ -234,11 +234,13 @@ def _split_top(text: str, sep: str) -> list[str]:
     return parts + [text[start:]]
 
 
-def parse_pipeline(text: str, by_name: dict) -> list:
+def parse_pipeline(text: str, by_name: dict, fold: bool = False) -> list:
     """mlir-opt's pass list syntax, `name{opt=value opt=value},name`, as passes from
-    `by_name` made with those options. Raises `PipelineError` (one line) on an unknown
-    pass or option, a bad value, or a malformed list."""
-    out = []
+    `by_name` made with those options; with `fold`, a pass named again starts from the
+    options given it before (`a{x=1},a{y=2}` is a{x=1 y=2}), as options for passes that run
+    once. Raises `PipelineError` (one line) on an unknown pass or option, a bad value, or a
+    malformed list."""
+    out, by_name = [], dict(by_name)
     for item in _split_top(text, ","):
         item = item.strip()
         if not item:
@@ -266,6 +268,8 @@ def parse_pipeline(text: str, by_name: dict) -> list:
             except ValueError:
                 raise PipelineError(f"{name}: option '{key}': expected {o.expected}, got '{value}'") from None
         out.append(dataclasses.replace(p, **given))
+        if fold:
+            by_name[name] = out[-1]
     if not out:
         raise PipelineError(f"no pass given: expected names from {', '.join(by_name)}")
     return out
