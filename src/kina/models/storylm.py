@@ -235,7 +235,10 @@ def weight_dtype_of(dtype: np.dtype, weight_dtype) -> np.dtype:
 
 def check_pass_options(text) -> str:
     """`text` if the build's passes take it as options (kina.driver.pipeline.Options checks
-    it at this opt level), else a TypeError or ValueError naming pass_options."""
+    it at this opt level), else a TypeError or ValueError naming pass_options. The empty
+    default imports nothing (NumPyStoryLM builds no program)."""
+    if isinstance(text, str) and not text:
+        return text
     from kina.driver.pipeline import Options
     return Options(pass_options=text).pass_options
 
