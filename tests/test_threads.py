@@ -9,6 +9,7 @@ build needs nothing beyond libc and libm.
 """
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 import threading
@@ -160,6 +161,39 @@ def test_without_the_copy_one_thread_runs_the_entry_with_the_same_bits(symbolic)
     args = [rng.standard_normal(s).astype(np.float32) for s in [(1, 5, 1, 64), (1, 5, 64, 33), (1, 5, 33, 64)]]
     assert np.array_equal(called.attend(*args, threads=1)[0], symbolic.attend(*args, threads=1)[0])
     assert np.array_equal(threaded_results(called.attend, args, 2)[0], symbolic.attend(*args, threads=1)[0])
+
+
+def claims(lib, parts: int, order: list[int], nthreads: int) -> list[tuple[int, int]]:
+    """(thread, part) of each call of kina_claim on one task's zeroed word, by the threads in
+    `order` (each claiming once per turn), until every one has been told none is left."""
+    word, out, done = ctypes.c_int64(0), [], set()
+    while len(done) < len(set(order)):
+        for t in order:
+            if t in done:
+                continue
+            c = lib.kina_claim(ctypes.addressof(word), parts, t, nthreads)
+            if c >= parts:
+                done.add(t)
+            else:
+                out.append((t, c))
+    return out
+
+
+def test_a_thread_claims_its_own_range_in_order_then_the_last_free_part(symbolic):
+    """kina_claim (kina_threads.c, in the .so): thread t of n takes the parts of its range
+    [t P / n, (t + 1) P / n) front to back, then the last part still free: every part once.
+    One thread, or more than 64 parts, counts 0, 1, 2, ... Turns interleave here as threads would."""
+    lib = symbolic._lib
+    lib.kina_claim.restype, lib.kina_claim.argtypes = ctypes.c_int64, [ctypes.c_void_p] + [ctypes.c_int64] * 3
+    assert claims(lib, 8, [0, 1], 2) == [(0, 0), (1, 4), (0, 1), (1, 5), (0, 2), (1, 6), (0, 3), (1, 7)]
+    # thread 1 is late: thread 0 runs its own range, then takes thread 1's from the back
+    assert claims(lib, 8, [0], 2) == [(0, p) for p in (0, 1, 2, 3, 7, 6, 5, 4)]
+    late = claims(lib, 6, [0, 0, 0, 0, 1], 3)  # thread 2 never comes; thread 1 has one turn in five
+    assert sorted(p for _, p in late) == list(range(6)) and late[:3] == [(0, 0), (0, 1), (0, 5)]
+    assert claims(lib, 1, [1, 0], 2) == [(1, 0)]  # one part: whoever comes first
+    assert claims(lib, 3, [0], 1) == [(0, 0), (0, 1), (0, 2)]
+    many = claims(lib, 100, [0, 1], 2)
+    assert [p for _, p in many] == list(range(100))
 
 
 def test_call_unchecked_takes_the_threaded_entry_for_a_large_call(symbolic):

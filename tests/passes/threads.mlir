@@ -6,14 +6,15 @@
 // Its ops that touch memory are tasks: a small op is one part, run by whichever
 // thread claims it; a large one (here a 3.5 MiB matmul, with the fill of its output)
 // is cut along its output columns into parts of whole 64-byte lines, at most two per
-// thread, that threads claim until none is left. A task that reads what an earlier
+// thread, that threads claim until none is left (each the parts of its own range first,
+// in order, then the last still free). A task that reads what an earlier
 // one wrote first waits until that one's parts are done. Temporaries become views of
 // the shared workspace, after the tasks' counters (128 bytes per task); a companion
 // function returns the workspace's size. The original function is left as it was;
 // with copy=false it becomes a call of the entry on one thread, with a workspace of
 // its own whose counters it zeroes.
 
-// CHECK-DAG:   func.func private @kina_claim(index) -> index
+// CHECK-DAG:   func.func private @kina_claim(index, index, index, index) -> index
 // CHECK-DAG:   func.func private @kina_done(index)
 // CHECK-DAG:   func.func private @kina_wait(index, index)
 // CHECK-LABEL: func.func @kina_f(
@@ -37,7 +38,7 @@
 // CHECK:         %[[T:.+]] = memref.view %[[WS]][%{{.+}}][] : memref<?xi8> to memref<1x1x576xf32>
 
 // task 0, the small op: one part
-// CHECK:         %[[C0:.+]] = call @kina_claim(%{{.+}}) : (index) -> index
+// CHECK:         %[[C0:.+]] = call @kina_claim(%{{.+}}, %{{.+}}, %[[TID]], %[[N]]) : (index, index, index, index) -> index
 // CHECK:         %[[MINE:.+]] = arith.cmpi eq, %[[C0]], %{{.+}} : index
 // CHECK-NEXT:    scf.if %[[MINE]] {
 // CHECK:           linalg.generic {{.*}} outs(%[[T]] : memref<1x1x576xf32>)
@@ -49,8 +50,8 @@
 // task 1, the matmul with its fill: 4 parts (the `parts` option) of 384 columns,
 // claimed in a loop until none is left
 // CHECK:         scf.while : () -> index {
-// CHECK-NEXT:      %[[C:.+]] = func.call @kina_claim(%{{.+}}) : (index) -> index
-// CHECK-NEXT:      %[[MORE:.+]] = arith.cmpi ult, %[[C]], %[[PARTS:.+]] : index
+// CHECK-NEXT:      %[[C:.+]] = func.call @kina_claim(%{{.+}}, %[[PARTS:.+]], %[[TID]], %[[N]]) : (index, index, index, index) -> index
+// CHECK-NEXT:      %[[MORE:.+]] = arith.cmpi ult, %[[C]], %[[PARTS]] : index
 // CHECK-NEXT:      scf.condition(%[[MORE]]) %[[C]] : index
 // CHECK-NEXT:    } do {
 // CHECK-NEXT:    ^bb0(%[[P:.+]]: index):

@@ -11,13 +11,13 @@ gains, beside it (the original is kept as it is; with copy=false it becomes a ca
 the entry on one thread, shown below),
     func.func @kina_f_threaded(%x, %w, %out0, %tid: index, %nthreads: index, %ws: memref<?xi8>) {
       %t = memref.view %ws[%c256][] : memref<?xi8> to memref<1x1x576xf32>
-      scf.if (call @kina_claim(task 0) == 0) {               // one part: whoever claims it
+      scf.if (call @kina_claim(task 0, 1, %tid, %nthreads) == 0) {   // one part: whoever claims it
         linalg.generic ... ins(%x) outs(%t)
         call @kina_done(task 0)
       }
       call @kina_wait(task 0, 1)                             // %t is read next
       %parts = min(96 lines of 64 bytes, 3.5 MiB / min-bytes, 2 * %nthreads)
-      scf.while (%c = call @kina_claim(task 1)) < %parts {  // claim parts until none is left
+      scf.while (%c = call @kina_claim(task 1, %parts, %tid, %nthreads)) < %parts {  // until none is left
         %lo, %hi = part %c's columns: whole 64-byte lines
         linalg.fill ins(%zero) outs(subview %out0[0, 0, %lo] [1, 1, %hi - %lo])
         linalg.generic {matmul} ins(%t, subview %w[0, %lo] [576, %hi - %lo])
@@ -27,8 +27,8 @@ the entry on one thread, shown below),
     }
     func.func @kina_f_workspace(%x, %w, %out0) -> index    // bytes %ws needs: 256 + 2304
 
-(`%tid` is the thread's number, 0 for the caller; the entry does not read it, since
-any thread may claim any part, but a runtime may.) With copy=false the original is
+(`%tid` is the thread's number, 0 for the caller: it claims the parts of its own range
+first.) With copy=false the original is
     func.func @kina_f(%x, %w, %out0) {
       %ws = memref.alloc(call @kina_f_workspace(%x, %w, %out0)) : memref<?xi8>
       linalg.fill ins(%c0_i8) outs(view %ws[0][] : memref<256xi8>)   // the two tasks' counters
@@ -50,10 +50,11 @@ split, and a task has at most 2 parts per thread. A run of ops too small to spli
 or other structured ops, is one task of one part; an op of unknown effects is one
 too, after every task before it and before every task after. Ops without memory
 effects (index arithmetic, views) run on every thread. Any thread may run any part:
-each claims the next part of a task (`kina_claim`, an atomic counter in the
-workspace), runs it, counts it done (`kina_done`) and claims again until none is
-left. Before a task that reads a buffer an earlier task wrote, or writes one it read
-or wrote, every thread waits until that task's parts are all done (`kina_wait`).
+each claims a part of a task (`kina_claim`, an atomic word in the workspace: the next
+of its own contiguous range of parts, then the last still free), runs it, counts it
+done (`kina_done`) and claims again until none is left. Before a task that reads a
+buffer an earlier task wrote, or writes one it read or wrote, every thread waits until
+that task's parts are all done (`kina_wait`).
 Nothing waits for a thread to arrive, so a thread the system has not scheduled yet
 takes no part and delays no one (kina_threads.c, linked into the .so, has the three
 functions). Consecutive split ops cut along loops of the same extent, into the same parts, are one
@@ -64,7 +65,7 @@ every such buffer into the same ranges of its elements: a part then runs each op
 range in turn, and reads only what the same part of the ops before it wrote. A prefill's RMSNorm (x * x, its mean per row, x times its rsqrt,
 times the weight) is then one task cut along the prompt's rows, not four:
 
-      scf.while (%c = call @kina_claim(task 0)) < %parts {   // rows [%lo, %lo + %n)
+      scf.while (%c = call @kina_claim(task 0, ...)) < %parts {   // rows [%lo, %lo + %n)
         linalg.generic ins(subview %x[0, %lo, 0]) outs(subview %sq[0, %lo, 0])      // x * x
         linalg.fill outs(subview %m[0, %lo])
         linalg.generic ins(subview %sq[0, %lo, 0]) outs(subview %m[0, %lo])         // sums
@@ -174,7 +175,7 @@ class Threads(KinaPass):
             made |= _thread(fn, name, self)
         if made:
             with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
-                for callee, params, results in ((CLAIM, 1, 1), (DONE, 1, 0), (WAIT, 2, 0)):
+                for callee, params, results in ((CLAIM, 4, 1), (DONE, 1, 0), (WAIT, 2, 0)):
                     if callee not in names:
                         decl = func.FuncOp(callee, ([index_type()] * params, [index_type()] * results))
                         decl.attributes["sym_visibility"] = ir.StringAttr.get("private")
@@ -428,7 +429,7 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> tuple[ir.Value, int]:
                 if not any(o.operation == g.operation for g in group):
                     o.move_before(first)
             with ir.InsertionPoint(first), main.location:
-                parts = _split(members, nthreads, opts.min_bytes, counter(k, 0), counter(k, 1))
+                parts = _split(members, (tid, nthreads), opts.min_bytes, counter(k, 0), counter(k, 1))
         else:  # one part, run by the thread that claims it; the views between move before it
             between = list(block.operations)
             between = between[_index(between, first):_index(between, main)]
@@ -437,7 +438,8 @@ def _rewrite(fn, new_name: str, opts: "Threads") -> tuple[ir.Value, int]:
                     o.move_before(first)
             with ir.InsertionPoint(first), first.location:
                 parts = index(1)
-                claimed = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [counter(k, 0)])
+                claimed = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM),
+                                    [counter(k, 0), index(1), tid, nthreads])
                 branch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, claimed, index(0)))
                 with ir.InsertionPoint(branch.then_block):
                     end_call = func.call([], ir.FlatSymbolRefAttr.get(DONE), [counter(k, 1)])
@@ -826,16 +828,16 @@ def _prod(shape) -> int:
     return out
 
 
-def _split(members, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
-    """Emit the loop in which this thread claims parts of a chain's range and runs each of
-    its groups (`members`: (group, plan)) on the part's subviews, in order (at the insertion
-    point); returns the number of parts. Parts of a symbolic extent: up to PARTS_PER_THREAD
-    per thread of whole `align` chunks (the most of the chain's), none under `min_bytes`
-    (the chain's bytes)."""
+def _split(members, team, min_bytes: int, claimed: ir.Value, done: ir.Value) -> ir.Value:
+    """Emit the loop in which this thread (`team`: the entry's %tid and %nthreads) claims
+    parts of a chain's range and runs each of its groups (`members`: (group, plan)) on the
+    part's subviews, in order (at the insertion point); returns the number of parts. Parts
+    of a symbolic extent: up to PARTS_PER_THREAD per thread of whole `align` chunks (the
+    most of the chain's), none under `min_bytes` (the chain's bytes)."""
     _, _, (src, pos), _, _, _, width = members[0][1]
     extent = _dim(src, pos)
     if width is not None:
-        return _split_static(members, extent, width, claimed, done)
+        return _split_static(members, extent, width, claimed, done, team)
     align = max(plan[3] for _, plan in members)
     if all(plan[4] is not None for _, plan in members):
         nbytes = index(sum(plan[4] for _, plan in members))
@@ -845,7 +847,7 @@ def _split(members, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value)
             for _, v, _ in plan[5]:
                 nbytes = arith.addi(nbytes, _nbytes(v))
     chunks = arith.ceildivui(extent, index(align)) if align > 1 else extent
-    most = arith.muli(nthreads, index(PARTS_PER_THREAD))
+    most = arith.muli(team[1], index(PARTS_PER_THREAD))
     parts = arith.minui(arith.minui(chunks, arith.maxui(arith.divui(nbytes, index(min_bytes)), index(1))), most)
 
     def bounds(c):
@@ -853,27 +855,27 @@ def _split(members, nthreads, min_bytes: int, claimed: ir.Value, done: ir.Value)
         hi = arith.minui(extent, arith.muli(arith.divui(arith.muli(chunks, arith.addi(c, index(1))), parts),
                                             index(align)))
         return lo, arith.subi(hi, lo)
-    _claim_parts(members, parts, lambda c, plan: bounds(c), claimed, done)
+    _claim_parts(members, parts, lambda c, plan: bounds(c), claimed, done, team)
     return parts
 
 
-def _split_static(members, extent, width: int, claimed, done) -> ir.Value:
+def _split_static(members, extent, width: int, claimed, done, team) -> ir.Value:
     """`_split` for a static extent in equal parts `width` long: part c is [c * width, (c + 1) * width)
     (of each member's own width, in a chain of members cut along loops of different extents)."""
     parts = index(_const(extent) // width)
-    _claim_parts(members, parts, lambda c, plan: (arith.muli(c, index(plan[6])), plan[6]), claimed, done)
+    _claim_parts(members, parts, lambda c, plan: (arith.muli(c, index(plan[6])), plan[6]), claimed, done, team)
     return parts
 
 
-def _claim_parts(members, parts: ir.Value, bounds, claimed: ir.Value, done: ir.Value) -> None:
-    """The loop in which a thread claims the next part of the chain until none is left:
+def _claim_parts(members, parts: ir.Value, bounds, claimed: ir.Value, done: ir.Value, team) -> None:
+    """The loop in which a thread (`team`: %tid, %nthreads) claims a part of the chain until none is left:
     `bounds(c, plan)` gives part c's start and size along a member's loop (an index value,
     or an int when static); each group runs in turn with each operand its plan marks as
     its subview there; the part is counted done after."""
     loop = scf.WhileOp([index_type()], [])
     before = loop.before.blocks.append()
     with ir.InsertionPoint(before):
-        c = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [claimed])
+        c = func.call([index_type()], ir.FlatSymbolRefAttr.get(CLAIM), [claimed, parts, *team])
         scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ult, c, parts), [c])
     body = loop.after.blocks.append(index_type())
     with ir.InsertionPoint(body):
