@@ -4,12 +4,12 @@
    Each task of the entry has two counters in the call's workspace, each on its own
    cache line: `claimed` hands out its parts (kina_claim returns a part number below the
    task's count, the caller's to run, once, or the count when none is left), `done`
-   counts the parts finished (kina_done). A task that reads what an earlier one wrote first waits until
-   that one's `done` reaches its part count (kina_wait). No thread ever waits for
-   another to arrive, only for parts another has claimed to finish: a thread the system
-   has not scheduled yet claims nothing, and the running ones take its share. The
-   caller zeroes the counters before each call. Waiting spins (a pause per try), then
-   yields the core. Only libc is needed. */
+   counts the parts finished (kina_done). A task that reads what an earlier one wrote
+   first waits until that one's `done` reaches its part count (kina_wait). No thread ever
+   waits for another to arrive, only for parts another has claimed to finish: a thread
+   the system has not scheduled yet claims nothing, and the running ones take its share.
+   The caller zeroes the counters before each call. Waiting spins (a pause per try),
+   then yields the core. Only libc is needed. */
 #include <sched.h>
 #include <stdint.h>
 
@@ -32,10 +32,10 @@ int64_t kina_claim(intptr_t claimed, int64_t parts, int64_t tid, int64_t nthread
     uint64_t *taken = (uint64_t *)claimed, all = kina_bits(0, parts);
     uint64_t own = kina_bits(tid * parts / nthreads, (tid + 1) * parts / nthreads);
     for (;;) {
-        uint64_t free = ~__atomic_load_n(taken, __ATOMIC_ACQUIRE) & all;
-        if (!free)
+        uint64_t left = ~__atomic_load_n(taken, __ATOMIC_ACQUIRE) & all;
+        if (!left)
             return parts;
-        int part = (free & own) ? __builtin_ctzll(free & own) : 63 - __builtin_clzll(free);
+        int part = (left & own) ? __builtin_ctzll(left & own) : 63 - __builtin_clzll(left);
         if (!(__atomic_fetch_or(taken, 1ull << part, __ATOMIC_ACQ_REL) & (1ull << part)))
             return part;
     }
