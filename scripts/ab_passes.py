@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 from benchlib import engines
-from benchlib.timing import InputSets, Variant, n_sets_for, run_rounds
+from benchlib.timing import InputSets, Variant, copies, run_rounds
 
 DTYPES = {"f32": (np.float32, None), "f16": (np.float16, None), "f32+f16w": (np.float32, np.float16)}
 
@@ -89,7 +89,7 @@ def storylm_kwargs(shape: str) -> dict:
 
 
 def time_models(args) -> tuple[dict, dict]:
-    """({name: [ms of each round]}, {name: logits of its last round})."""
+    """({(name, ""): [ms of each round]}, {name: logits of its last round})."""
     from kina.models import StoryLM
     dtype, weight_dtype = DTYPES[args.dtype]
     models = {name: StoryLM(**storylm_kwargs(args.shape), max_seq_len=args.prompt + args.new, dtype=dtype,
@@ -98,7 +98,7 @@ def time_models(args) -> tuple[dict, dict]:
     prompt = [int(t) for t in np.random.default_rng(0).integers(3, models[args.variants[0][0]].vocab_size,
                                                                 args.prompt)]
     new = 1 if args.mode == "prefill" else args.new
-    times, logits = {name: [] for name in models}, {}
+    times, logits = {(name, ""): [] for name in models}, {}
     names = list(models)
     for name in names:  # untimed: pages, thread pools
         models[name].trace(prompt, min(new, 2))
@@ -106,13 +106,13 @@ def time_models(args) -> tuple[dict, dict]:
         for name in names[r % len(names):] + names[:r % len(names)]:
             g = models[name].trace(prompt, new)
             seconds = g.step_seconds[:1] if args.mode == "prefill" else g.step_seconds[1:]
-            times[name].append(1e3 * statistics.median(seconds))
+            times[name, ""].append(1e3 * statistics.median(seconds))
             logits[name] = g.logits
     return times, logits
 
 
 def time_rows(args) -> tuple[dict, dict]:
-    """({"name, nT": [us of each round]}, {name: its result on the first set})."""
+    """({(name, "nT"): [us of each round]}, {name: its result on the first set})."""
     import kina
     from kina.driver.pipeline import Options
     from kina.runtime import empty
@@ -124,21 +124,16 @@ def time_rows(args) -> tuple[dict, dict]:
     rng = np.random.default_rng(K * N)
     w0 = (rng.standard_normal((K, N)) * K ** -0.5).astype(wdt)
     x = rng.standard_normal((1, 1, K)).astype(np.float32)
-    per = -(-K * N // 64) * 64
-    count = n_sets_for(w0.nbytes, args.working_set_mib << 20)
-    slab = empty((count * per,), wdt)
-    ws = [slab[i * per:i * per + K * N].reshape(K, N) for i in range(count)]
-    for w in ws:
-        np.copyto(w, w0)
+    ws = copies(w0, args.working_set_mib << 20)
     sets = InputSets([(x, w, empty((1, 1, N), np.float32)) for w in ws], w0.nbytes)
-    results, variants = {}, []
+    results, variants = {}, {}
     for name, f in fns.items():
         results[name] = f(x, w0)[0]
         for t in sorted({1, args.threads}):
-            variants.append(Variant(f"{name}, {t}T", sets,
-                                    lambda s, f=f, t=t: f.call_unchecked([s[0], s[1]], [s[2]], t), threads=t))
-    run_rounds(variants, args.rounds, max(2, count // 2))
-    return {v.name: [1e6 * s for s in v.samples] for v in variants}, results
+            variants[name, f"{t}T"] = Variant(f"{name}, {t}T", sets, threads=t,
+                                              run=lambda s, f=f, t=t: f.call_unchecked([s[0], s[1]], [s[2]], t))
+    run_rounds(list(variants.values()), args.rounds, max(2, len(ws) // 2))
+    return {key: [1e6 * s for s in v.samples] for key, v in variants.items()}, results
 
 
 def same_bits(got: np.ndarray, want: np.ndarray) -> str:
@@ -156,23 +151,20 @@ def main(argv=None) -> int:
                 f"{args.threads} threads, {args.mode}: "
                 + (f"{args.prompt}-token prompt" if args.mode == "prefill" else
                    f"median step of {args.new} after a {args.prompt}-token prompt"))
-        times, results = time_models(args)
-        name_of, unit = (lambda row: row), "ms"
+        times, results, unit = *time_models(args), "ms"
     else:
         what = f"x[1, {args.k}] @ W[{args.k}, {args.n}], W {args.weights}, over {args.working_set_mib} MiB of copies of W"
-        times, results = time_rows(args)
-        name_of, unit = (lambda row: row.rpartition(",")[0]), "us"
+        times, results, unit = *time_rows(args), "us"
     print(f"{what}; medians of {args.rounds} interleaved rounds")
     first = next(iter(results))
-    base = {}
-    width = max(len(r) for r in times)
-    for row, ms in times.items():
-        name = name_of(row)
-        median = statistics.median(ms)
-        key = row.rpartition(", ")[2] if args.what == "row" else ""
-        base.setdefault(key, median)
+    base = {}  # the first variant's median, per thread count
+    rows = {key: ", ".join(filter(None, key)) for key in times}
+    width = max(map(len, rows.values()))
+    for (name, threads), ms in times.items():
+        row, median = rows[name, threads], statistics.median(ms)
+        base.setdefault(threads, median)
         shown = ", ".join(f"{m:.4g}" for m in ms)
-        print(f"{row:<{width}}  {median:>9.4g} {unit}  {median / base[key]:6.3f}x  "
+        print(f"{row:<{width}}  {median:>9.4g} {unit}  {median / base[threads]:6.3f}x  "
               f"{same_bits(results[name], results[first])}  [{options[name] or 'the default build'}]  ({shown})")
     return 0
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from benchlib import machine
 from benchlib.bandwidth import read_bandwidth
-from benchlib.timing import InputSets, Variant, fresh_compiles, n_sets_for, run_rounds
+from benchlib.timing import InputSets, Variant, copies, fresh_compiles, run_rounds
 
 MIB = 1 << 20
 SRC = """
@@ -65,15 +65,10 @@ QUICK_BATCH_S = 0.002  # --quick: NumPy's F16 matmul (no BLAS) is some 30x slowe
 def input_sets(P: int, K: int, N: int, dtype, working_set: int) -> InputSets:
     """Sets (x, W, out) covering working_set; the W's are 64-byte-aligned views of one buffer."""
     from kina.runtime import empty
-    per = -(-K * N // 64) * 64
-    n = n_sets_for(K * N * np.dtype(dtype).itemsize, working_set)
-    slab = empty((n * per,), dtype)
     rng = np.random.default_rng(K * N + P)
     w0 = (rng.standard_normal((K, N)) * 0.05).astype(dtype)
     sets = []
-    for s in range(n):  # the same values in every set (the bytes are what is timed), copied: fast
-        w = slab[s * per: s * per + K * N].reshape(K, N)
-        np.copyto(w, w0)
+    for w in copies(w0, working_set):
         x = empty((P, K), dtype)
         x[...] = rng.standard_normal((P, K)).astype(dtype)
         sets.append((x, w, empty((P, N), dtype)))

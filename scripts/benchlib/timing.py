@@ -44,6 +44,21 @@ def n_sets_for(nbytes_each: int, working_set: int) -> int:
     return max(2, math.ceil(working_set / nbytes_each))
 
 
+def copies(a, working_set: int) -> list:
+    """Copies of array `a` covering working_set (never fewer than two), each a view of one
+    buffer starting on a 64-byte line (kina.runtime.empty), so that a call on one finds
+    the others' bytes out of the cache."""
+    import numpy as np
+    from kina.runtime import empty
+    per = -(-a.size * a.itemsize // 64) * 64 // a.itemsize
+    n = n_sets_for(a.nbytes, working_set)
+    slab = empty((n * per,), a.dtype)
+    out = [slab[i * per:i * per + a.size].reshape(a.shape) for i in range(n)]
+    for c in out:  # the same values in every copy (the bytes are what is timed)
+        np.copyto(c, a)
+    return out
+
+
 @dataclass
 class Variant:
     name: str
