@@ -196,12 +196,22 @@ def test_a_thread_claims_its_own_range_in_order_then_the_last_free_part(symbolic
     assert [p for _, p in many] == list(range(100))
 
 
-def test_call_unchecked_takes_the_threaded_entry_for_a_large_call(symbolic):
-    args = mlp_inputs(576, 1536, 576)
+@pytest.mark.parametrize("K, N, M, threaded", [(576, 1536, 576, True), (64, 768, 64, True),
+                                               (64, 384, 64, False)])
+def test_a_call_takes_the_threaded_entry_from_threaded_min_bytes(symbolic, monkeypatch, K, N, M, threaded):
+    """A public call on 2 or 3 threads runs the threaded entry when it moves at least
+    THREADED_MIN_BYTES (7 MiB of weights, and 384 KiB: w1 and w2 of 192 KiB each), one thread
+    below it (192 KiB), with the same bits either way."""
+    args = mlp_inputs(K, N, M)
     (want,) = symbolic.mlp(*args, threads=1)
+    entered = []
+    run_threaded = runtime.loader.Function._run_threaded
+    monkeypatch.setattr(runtime.loader.Function, "_run_threaded",
+                        lambda self, *a, **kw: entered.append(a[1]) or run_threaded(self, *a, **kw))
     for threads in (2, 3):
-        (got,) = symbolic.mlp(*args, threads=threads)  # 7 MiB of weights: above THREADED_MIN_BYTES
+        (got,) = symbolic.mlp(*args, threads=threads)
         assert np.array_equal(got, want)
+    assert entered == ([2, 3] if threaded else [])
 
 
 def run_with_timeout(fn, seconds: float) -> None:

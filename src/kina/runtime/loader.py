@@ -512,8 +512,11 @@ class Function:
 
 # A call of a threaded function moving less than this runs on one thread (the hand-over
 # to the workers costs more than the split saves); a prepared call with `threads` > 1
-# always runs on them.
-THREADED_MIN_BYTES = 1 << 20
+# always runs on them. With the team's workers spinning between calls, two threads were
+# level with one at 217-257 KiB and 1.1-1.35x faster from 327 KiB up (one-row matmuls and
+# adds over copies beyond the cache, on the 2-core Intel VM; docs/performance.md, "Calls of
+# a third of a MiB on every core"). It was 1 MiB when a hand-over woke the workers.
+THREADED_MIN_BYTES = 384 << 10
 
 
 class Workspace:
