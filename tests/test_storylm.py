@@ -478,3 +478,27 @@ def test_f32_activations_against_f16_weights_are_the_f32_model_on_the_rounded_we
         model(weight_dtype=np.float16, weights=widened, **kw)
     with pytest.raises(ValueError, match="^weight_dtype: expected the model's dtype \\(float64\\)"):
         model(dtype=np.float64, weight_dtype=np.float16)
+
+
+# -- the greedy choice over 16-bit logits ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float16, kina.runtime.numpy_dtype("BF16")], ids=["F16", "BF16"])
+def test_greedy_and_count_nan_over_16_bit_logits_agree_with_numpy(dtype):
+    """`greedy` and `count_nan` compare F16 and BF16 by their bits: over every bit pattern, and
+    over draws of them (all negative, ties, -0 and +0 as the largest, infinities), they give
+    np.argmax's first largest and np.isnan's count."""
+    from kina.models.common import count_nan, greedy
+    every = np.arange(-(1 << 15), 1 << 15, dtype=np.int16).view(dtype)
+    assert count_nan(every) == np.count_nonzero(np.isnan(every)) > 0
+    values = every[~np.isnan(every)]
+    rng = np.random.default_rng(0)
+    draws = [rng.choice(values, 1000) for _ in range(200)]
+    draws += [-np.abs(d) for d in draws[:50]]  # all negative
+    zero, neg_zero, one = (np.array(v, dtype) for v in (0.0, -0.0, 1.0))
+    draws += [np.array([-one, neg_zero, zero, neg_zero], dtype), np.array([-one, zero, neg_zero], dtype),
+              np.array([neg_zero, -one]), np.full(5, -np.inf, dtype), np.array([1, np.inf, 2, np.inf], dtype),
+              np.array([3, 7, 7, -7], dtype).reshape(2, 2)]
+    for d in draws:
+        assert greedy(d) == np.argmax(d), d
+        assert count_nan(d) == 0
+    assert count_nan(np.array([np.nan, 1, -np.nan], dtype)) == 2

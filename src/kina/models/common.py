@@ -2,7 +2,8 @@
 
 In:  NumPy dtypes and sizes as users give them; the name of a kernel in `kernels/`.
 Out: `kina_dtype`, `count` (checked arguments); `kernel_program` (a kernel compiled
-     once per dtype); `causal_mask`; `Generation`; and `Decoder`, the generation loop
+     once per dtype); `causal_mask`; `count_nan` and `greedy` (isnan and argmax, fast
+     over F16 and BF16 too); `Generation`; and `Decoder`, the generation loop
      (greedy, or any `choose`) over any model with `prefill`, `step`, `recompute` and
      `new_cache`.
 
@@ -69,6 +70,33 @@ def causal_mask(n_past: int, n_new: int, dtype=np.float32) -> np.ndarray:
     return np.where(cols <= rows, 0.0, -np.inf).astype(kina_dtype(dtype))[None, None]
 
 
+# A 16-bit float's bits as an int16: +inf's (larger magnitudes are NaN). NumPy's isnan and argmax
+# loop over F16 one value at a time, converting each: over SmolLM's 49152 logits 35 and 225 us
+# (2.5% of its F16 step on two threads), against 4.6 and 3.0 over F32; BF16's (ml_dtypes) 23
+# and 27 us. On the bits, as int16s, the same answers take about 5 and 11 us.
+_INF_BITS = {np.dtype(np.float16): 0x7C00, runtime.numpy_dtype("BF16"): 0x7F80}
+
+
+def count_nan(logits: np.ndarray) -> int:
+    """np.count_nonzero(np.isnan(logits)), from the bits for F16 and BF16."""
+    inf = _INF_BITS.get(logits.dtype)
+    if inf is None:
+        return int(np.count_nonzero(np.isnan(logits)))
+    return int(np.count_nonzero((logits.view(np.int16) & 0x7FFF) > inf))
+
+
+def greedy(logits: np.ndarray) -> int:
+    """int(np.argmax(logits)), the first of the largest, for logits without NaN. F16 and BF16
+    are compared by their bits: sign and magnitude, as an int16 whose magnitude bits are
+    reversed where the sign is set, orders them as their values, but for -0 < +0."""
+    if logits.dtype not in _INF_BITS:
+        return int(np.argmax(logits))
+    bits = logits.view(np.int16)
+    i = int(np.argmax(bits ^ ((bits >> 15) & 0x7FFF)))
+    if bits.flat[i] & 0x7FFF == 0:  # the largest is a zero: -0 == +0, so the first of either
+        i = int(np.flatnonzero((bits & 0x7FFF) == 0)[0])
+    return i
+
 
 @dataclass
 class Generation:
@@ -128,12 +156,12 @@ class Decoder:
                 logits = self.prefill(prompt, caches)
             else:
                 logits = self.step(tokens[-1], caches)
-            nan = int(np.count_nonzero(np.isnan(logits)))
+            nan = count_nan(logits)
             if nan:  # argmax would pick the NaN: a token that looks real from a broken model
                 raise FloatingPointError(f"generation step {i} (position {len(tokens) - 1}): {nan} of "
                                          f"{logits.size} logits are NaN; the weights or the inputs hold "
                                          "NaN or overflow (try a wider dtype)")
-            token = int(np.argmax(logits)) if choose is None else int(choose(logits))
+            token = greedy(logits) if choose is None else int(choose(logits))
             seconds = time.perf_counter() - t0
             tokens.append(token)
             yield token, logits, seconds

@@ -21,6 +21,8 @@ from typing import Callable
 
 import numpy as np
 
+from . import common
+
 
 @dataclass(frozen=True)
 class Sampler:
@@ -70,7 +72,7 @@ class Sampler:
     def chooser(self) -> Callable[[np.ndarray], int]:
         """logits -> token id, drawing from a generator seeded once, here."""
         if self.greedy:
-            return lambda logits: int(np.argmax(logits))
+            return common.greedy
         rng = np.random.default_rng(self.seed)
 
         def choose(logits: np.ndarray) -> int:
