@@ -10,15 +10,16 @@ One folder per shape (benchlib/engines.py, SHAPES): transformers' LlamaForCausal
 seeded random weights (gains perturbed), written with save_pretrained in F32 under
 build/bench_model/ and reused while its stamp matches. Every engine loads that folder:
 
-- Kina: kina.models.hf.load_pretrained(folder, dtype) in F32 and F16, and F32 activations
-  against F16 weights (weight_dtype=float16: rows "F32+F16w", llama.cpp F16's arrangement),
+- Kina: kina.models.hf.load_pretrained(folder, dtype) in F32, F16 and BF16, and F32 activations
+  against F16 or BF16 weights (weight_dtype: rows "F32+F16w" and "F32+BF16w", llama.cpp F16's
+  and BF16's arrangement),
   the StoryLM whose every layer step is one compiled Kina call, at each of --threads
   threads; with --fma, also load_pretrained(..., fma=True) (rows "Kina+fma": one rounding
   per multiply-add).
 - transformers: LlamaForCausalLM.from_pretrained(folder), eager attention, F32, its own
   KV cache, at each of --threads torch threads.
-- llama.cpp (llama-cpp-python, the [llama] extra; skipped with a note when missing): F32
-  and F16 GGUF files written from the folder's tensors with the gguf package, at each of
+- llama.cpp (llama-cpp-python, the [llama] extra; skipped with a note when missing): F32,
+  F16 and BF16 GGUF files written from the folder's tensors with the gguf package, at each of
   --threads threads; F32 KV cache, flash attention off, the prompt in one batch.
 
 Shapes: smollm (the default) is SmolLM-135M's: d 576, 9 heads, 3 KV heads, 30 layers, FFN
@@ -30,10 +31,11 @@ are interleaved: one untimed run each, then --repeats rounds; the table shows me
 the prefill, of the median decode step, and decode tokens/s (1 / that step). Checks, each
 printed as PASS or FAIL: Kina F32's logits within 1e-4 of transformers' (relative to the
 row's largest) at every step, llama.cpp F32's within 1e-3 at the first 8 steps, and every
-engine's greedy tokens against transformers' (the first divergence is reported; F16 and F32+F16w rows
-are reported, not checked). The exit status is 0 whether or not they pass: this measures.
+engine's greedy tokens against transformers' (the first divergence is reported; F16, BF16,
+F32+F16w and F32+BF16w rows are reported, not checked). The exit status is 0 whether or not they pass: this measures.
 
-The floor: a decode step reads every weight once (bytes per token, F32 and F16), far more
+The floor: a decode step reads every weight once (bytes per token, F32 and F16: BF16's are
+F16's), far more
 than the last-level cache at smollm, so its time is at least bytes / read bandwidth; the
 read bandwidth is measured in the same run on 1 and 2 threads (benchlib.bandwidth, before
 and after the engines, best pass). "of floor" is the floor at the row's thread count over
@@ -112,9 +114,9 @@ def quiet_transformers():
 
 
 def gguf_files(folder: Path) -> dict[str, Path]:
-    """{"F32": path, "F16": path}, written next to the folder's tensors unless newer than them."""
+    """{"F32": path, "F16": path, "BF16": path}, written next to the folder's tensors unless newer than them."""
     out = {}
-    for name, dt in (("F32", np.float32), ("F16", np.float16)):
+    for name, dt in (("F32", np.float32), ("F16", np.float16), ("BF16", kina.runtime.numpy_dtype("BF16"))):
         path = folder / f"model-{name.lower()}.gguf"
         if not path.is_file() or path.stat().st_mtime < (folder / "model.safetensors").stat().st_mtime:
             t = time.perf_counter()
@@ -128,9 +130,11 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     """({row name: (run, dtype name, threads)}, versions)."""
     n_ctx = args.prompt + args.new
     rows, versions = {}, {}
-    # (label, activations, weights, the dtype whose bytes a token reads): F32+F16w is F32
+    # (label, activations, weights, the dtype whose bytes a token reads: BF16 reads F16's): F32+F16w is F32
     # activations against F16 weight matrices (load_pretrained(weight_dtype=float16)), as llama.cpp's F16 runs
-    kinds = [("F32", np.float32, None, "F32"), ("F16", np.float16, None, "F16"), ("F32+F16w", np.float32, np.float16, "F16")]
+    bf16 = kina.runtime.numpy_dtype("BF16")
+    kinds = [("F32", np.float32, None, "F32"), ("F16", np.float16, None, "F16"), ("BF16", bf16, None, "F16"),
+             ("F32+F16w", np.float32, np.float16, "F16"), ("F32+BF16w", np.float32, bf16, "F16")]
     for engine, fma in [("Kina", False)] + [("Kina+fma", True)] * args.fma:
         for label, dt, wdt, floor_dt in kinds:
             t = time.perf_counter()
@@ -151,7 +155,8 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     for dt, path in gguf_files(args.folder).items():
         e = engines.LlamaCppEngine(path, n_ctx)
         for n in args.threads:
-            rows[f"llama.cpp {dt} {n}T"] = (lambda e=e, n=n: e.run(args.prompt_ids, args.new, n), dt, n)
+            rows[f"llama.cpp {dt} {n}T"] = (lambda e=e, n=n: e.run(args.prompt_ids, args.new, n),
+                                            "F16" if dt == "BF16" else dt, n)
     return rows, versions
 
 
@@ -246,7 +251,7 @@ def plot(reports: list[dict], path) -> Path:
     for name in names:
         pts = [(r["weight_bytes_per_token"]["F32"] / MB, 1 / r["rows"][name]["decode"]) for r in reports if name in r["rows"]]
         engine, dt, threads = name.split()
-        ax.plot(*zip(*pts), {"F32": "-", "F16": "--"}.get(dt, ":"), marker="o" if threads == "1T" else "^",
+        ax.plot(*zip(*pts), {"F32": "-", "F16": "--", "BF16": "-."}.get(dt, ":"), marker="o" if threads == "1T" else "^",
                 color="tab:purple" if engine == "Kina+fma" else colours.get(engine),
                 alpha=1.0 if threads == "1T" else 0.6, label=name)
     for n in dict.fromkeys(k for r in reports for k in r["read_bw"]):

@@ -13,7 +13,7 @@ from conftest import ROOT
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-ROW = re.compile(r"^\| (Kina|transformers|llama\.cpp) (F32|F16|F32\+F16w) \| (\d) \| ([\d.]+) ms \| ([\d.]+) ms \| (\d+) \| "
+ROW = re.compile(r"^\| (Kina|transformers|llama\.cpp) (F32|F16|BF16|F32\+F16w|F32\+BF16w) \| (\d) \| ([\d.]+) ms \| ([\d.]+) ms \| (\d+) \| "
                  r"([\d.]+) ms \| (\d+)% \| (reference|all agree|differ from step \d+ of \d+) \| ([-\d.e+]+)( \(\d+ steps\))? \|$")
 
 
@@ -36,10 +36,10 @@ def test_tiny_shape_table_and_tokens(tmp_path):
     rows = [ROW.match(line) for line in proc.stdout.splitlines() if re.match(r"\| (Kina|transformers|llama)", line)]
     assert all(rows), proc.stdout
     names = [(m[1], m[2], m[3]) for m in rows]
-    want = [("Kina", dt, n) for dt in ("F32", "F16", "F32+F16w") for n in ("1", "2")] + \
+    want = [("Kina", dt, n) for dt in ("F32", "F16", "BF16", "F32+F16w", "F32+BF16w") for n in ("1", "2")] + \
         [("transformers", "F32", "1"), ("transformers", "F32", "2")]
     if llama_cpp_installed():
-        want += [("llama.cpp", dt, n) for dt in ("F32", "F16") for n in ("1", "2")]
+        want += [("llama.cpp", dt, n) for dt in ("F32", "F16", "BF16") for n in ("1", "2")]
     else:
         assert "llama.cpp rows are skipped" in proc.stdout
     assert names == want

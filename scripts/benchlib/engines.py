@@ -146,9 +146,15 @@ def dummy_vocab(n: int) -> tuple[list[str], list[float], list[int]]:
 
 
 def write_gguf(folder: Path, path: Path, dtype) -> Path:
-    """The folder's model as a GGUF file of arch llama, matrices in `dtype` (float32 or
-    float16; gains stay F32, as llama.cpp's converter keeps them)."""
+    """The folder's model as a GGUF file of arch llama, matrices in `dtype` (float32, float16
+    or bfloat16, rounded to nearest even as Kina's loader rounds them; gains stay F32, as
+    llama.cpp's converter keeps them)."""
     import gguf
+    from kina import runtime
+    dtype = np.dtype(dtype)
+    bf16 = runtime.numpy_dtype("BF16")
+    file_type = {np.dtype(np.float32): gguf.LlamaFileType.ALL_F32, np.dtype(np.float16): gguf.LlamaFileType.MOSTLY_F16,
+                 bf16: gguf.LlamaFileType.MOSTLY_BF16}[dtype]
     c = config_of(folder)
     H, Hk, D = c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"]
     Dh = c.get("head_dim") or D // H
@@ -165,7 +171,7 @@ def write_gguf(folder: Path, path: Path, dtype) -> Path:
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_rope_freq_base(c.get("rope_parameters", {}).get("rope_theta", c.get("rope_theta", 10000.0)))
     w.add_vocab_size(c["vocab_size"])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if np.dtype(dtype) == np.float16 else gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(file_type)
     pieces, scores, types = dummy_vocab(c["vocab_size"])
     w.add_tokenizer_model("llama")
     w.add_token_list(pieces)
@@ -182,7 +188,13 @@ def write_gguf(folder: Path, path: Path, dtype) -> Path:
             a = permute_rows(a, H)
         elif hf.endswith("k_proj.weight"):
             a = permute_rows(a, Hk)
-        w.add_tensor(gguf_name(hf), np.ascontiguousarray(a.astype(dtype) if a.ndim == 2 else a))
+        if a.ndim != 2:
+            w.add_tensor(gguf_name(hf), np.ascontiguousarray(a))
+        elif dtype == bf16:  # the gguf package takes BF16 as its bits, named by raw_dtype
+            w.add_tensor(gguf_name(hf), np.ascontiguousarray(a.astype(bf16)).view(np.uint16),
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(gguf_name(hf), np.ascontiguousarray(a.astype(dtype)))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
