@@ -502,3 +502,4 @@ def test_greedy_and_count_nan_over_16_bit_logits_agree_with_numpy(dtype):
         assert greedy(d) == np.argmax(d), d
         assert count_nan(d) == 0
     assert count_nan(np.array([np.nan, 1, -np.nan], dtype)) == 2
+    assert greedy([1.0, 3.0, 2.0]) == 1 and count_nan([np.nan, 0.0]) == 1  # any array-like, as NumPy's take

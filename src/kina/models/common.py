@@ -79,6 +79,7 @@ _INF_BITS = {np.dtype(np.float16): 0x7C00, runtime.numpy_dtype("BF16"): 0x7F80}
 
 def count_nan(logits: np.ndarray) -> int:
     """np.count_nonzero(np.isnan(logits)), from the bits for F16 and BF16."""
+    logits = np.asarray(logits)
     inf = _INF_BITS.get(logits.dtype)
     if inf is None:
         return int(np.count_nonzero(np.isnan(logits)))
@@ -89,6 +90,7 @@ def greedy(logits: np.ndarray) -> int:
     """int(np.argmax(logits)), the first of the largest, for logits without NaN. F16 and BF16
     are compared by their bits: sign and magnitude, as an int16 whose magnitude bits are
     reversed where the sign is set, orders them as their values, but for -0 < +0."""
+    logits = np.asarray(logits)
     if logits.dtype not in _INF_BITS:
         return int(np.argmax(logits))
     bits = logits.view(np.int16)
