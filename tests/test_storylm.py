@@ -1,6 +1,6 @@
 """kina.models.StoryLM (issue 13): a decoder whose every layer is one compiled Kina call.
 
-- the layer programs (kernels/storylm.kina) equal the NumPy interpreter, and the
+- the layer programs (families/llama.kina) equal the NumPy interpreter, and the
   example is the kernel at F32;
 - the compiled model gives the PyTorch model's greedy tokens (tests/storylm_torch.py,
   written from the formulas alone) over 64 new tokens, logits within 1e-4 relative;
@@ -19,7 +19,7 @@ from conftest import EXAMPLES, ROOT, assert_same
 from kina.models import NumPyStoryLM, StoryLM
 from kina.models.storylm import causal_mask, norm_dtype, weight_shapes
 
-KERNEL = ROOT / "src" / "kina" / "models" / "kernels" / "storylm.kina"
+KERNEL = ROOT / "src" / "kina" / "models" / "families" / "llama.kina"
 # tests/test_hf.py's llama-mha geometry: the same kernel builds (F32, F16) serve both files
 SIZES = dict(vocab_size=320, d_model=32, n_heads=8, n_layers=2, ffn_dim=64, max_seq_len=160)
 PROMPT = [5, 17, 2, 88, 41, 9]
@@ -62,7 +62,7 @@ def dims(D=32, H=8, F=64, V=320, Hk=8):
 
 
 def compare(fn: str, args, dtype="F32", rtol=2e-5, Hk=8):
-    """The model's build of kernels/storylm.kina (the one StoryLM makes at SIZES with Hk
+    """The model's build of families/llama.kina (the one StoryLM makes at SIZES with Hk
     key/value heads) against the interpreter on `args`, within `rtol`; the cached
     positions must come out of Kᵀ and V unchanged. (At these sizes the build has no
     threaded entries; test_threads holds a threaded build to the same bits.)"""
@@ -356,7 +356,7 @@ def test_bad_calls():
     m.prefill(list(range(80)) * 2, cache)
     with pytest.raises(ValueError, match="160 positions \\+ 1 new exceed max_seq_len = 160"):
         m.step(1, cache)
-    with pytest.raises(TypeError, match="this model's StoryCache"):
+    with pytest.raises(TypeError, match="this model.s cache"):
         model().step(1, cache)
     with pytest.raises(ValueError, match="at least one token"):
         m.prefill([], m.new_cache())
@@ -487,7 +487,7 @@ def test_greedy_and_count_nan_over_16_bit_logits_agree_with_numpy(dtype):
     """`greedy` and `count_nan` compare F16 and BF16 by their bits: over every bit pattern, and
     over draws of them (all negative, ties, -0 and +0 as the largest, infinities), they give
     np.argmax's first largest and np.isnan's count."""
-    from kina.models.common import count_nan, greedy
+    from kina.models.generation import count_nan, greedy
     every = np.arange(-(1 << 15), 1 << 15, dtype=np.int16).view(dtype)
     assert count_nan(every) == np.count_nonzero(np.isnan(every)) > 0
     values = every[~np.isnan(every)]

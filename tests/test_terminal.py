@@ -21,7 +21,7 @@ pygments = pytest.importorskip("pygments")
 from pygments.lexers import get_lexer_by_name, get_lexer_for_filename  # noqa: E402
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation  # noqa: E402
 
-SOURCES = sorted(EXAMPLES.glob("*.kina")) + sorted((ROOT / "src/kina/models/kernels").glob("*.kina"))
+SOURCES = sorted(EXAMPLES.glob("*.kina")) + sorted((ROOT / "src/kina/models").rglob("*.kina"))
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BAD = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n  (a @ a)\n}\n"
 SYNTAX_ERROR = BAD.replace("@ a", "$ a")  # kinac stops in the parser: bad.kina:2:6

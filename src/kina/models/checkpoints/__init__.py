@@ -1,0 +1,56 @@
+"""Checkpoint readers: a model's config, weights and tokenizer, from where users keep them.
+
+In:  a path: a Hugging Face folder (config.json, safetensors, tokenizer.json) or a GGUF file.
+Out: `load(path, ...)`, the `kina.models.Decoder` it holds; `load_text(path)`, its tokenizer
+     (a `kina.models.tokenizer.Text`), or None when it has none; `CheckpointError`.
+
+    hf.py      Hugging Face folders
+    fields.py  reading a config's fields; CheckpointError
+
+Guarantees: every problem with a checkpoint is a `CheckpointError` (a ValueError) naming the
+file and the field or tensor, never another library's exception.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .fields import CheckpointError
+
+__all__ = ["CheckpointError", "load", "load_text", "describe"]
+
+
+def _kind(path: Path) -> str:
+    if path.is_dir():
+        return "hf"
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such model folder or file")
+    raise CheckpointError(f"{path}: not a model: expected a Hugging Face folder (with config.json)")
+
+
+def load(path: str | os.PathLike, **options):
+    """The Decoder of the checkpoint at `path`; `options` are the reader's (dtype, max_seq_len, ...)."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such model folder")
+    _kind(path)
+    from . import hf
+    return hf.load(path, **options)
+
+
+def load_text(path: str | os.PathLike):
+    """The checkpoint's tokenizer, or None when a folder has no tokenizer.json."""
+    path = Path(path)
+    _kind(path)
+    if not (path / "tokenizer.json").is_file():
+        return None
+    from ..tokenizer import from_folder
+    return from_folder(path)
+
+
+def describe(path: str | os.PathLike):
+    """(family, DecoderConfig, info) without reading the weights: a bad checkpoint fails here, cheaply."""
+    path = Path(path)
+    _kind(path)
+    from . import hf
+    return hf.read_config(path)
