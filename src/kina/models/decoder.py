@@ -52,6 +52,7 @@ from . import families, weights as weights_mod
 from .cache import DecoderCache
 from .config import DecoderConfig
 from .generation import KINA_DTYPES, Generator, causal_mask, count, kina_dtype
+from ..runtime.quant import QuantizedArray, dequantize_blocks
 
 DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not given (capped by the config's)
 # A model whose largest weight is smaller than this gets no threaded entries: no op of its layer
@@ -115,7 +116,8 @@ class Decoder(Generator):
         self.fma = fma
         self.pass_options = check_pass_options(pass_options)
         self.dtype = kina_dtype(dtype)
-        self.weight_dtype = weight_dtype_of(self.dtype, weight_dtype)
+        # None: each matrix as given (the dtype, a narrower float against F32, or a block format)
+        self.weight_dtype = None if weight_dtype is None else weight_dtype_of(self.dtype, weight_dtype)
         if not isinstance(weights, Mapping):
             raise TypeError(f"weights: expected a mapping of arrays by name, got {type(weights).__name__}")
         self.layout = self.family.layout(config)
@@ -132,7 +134,7 @@ class Decoder(Generator):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
-        wdt = "" if self.weight_dtype == self.dtype else f", weight_dtype={self.weight_dtype}"
+        wdt = "" if self.weight_dtype in (None, self.dtype) else f", weight_dtype={self.weight_dtype}"
         return f"{type(self).__name__}({self.config}, max_seq_len={self.max_seq_len}, dtype={self.dtype}{wdt})"
 
     # the names StoryLM's options had
@@ -164,14 +166,18 @@ class Decoder(Generator):
         self._cos, self._sin = c.rope.tables(c.head_dim, self.max_seq_len, dt)
         names = sorted({t.name for t, _ in self.layout.values() if t.layer})
         self._layer_weights = [{n: w[f"layers.{i}.{n}"] for n in names} for i in range(c.n_layers)]
-        if c.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row.
+        if c.tie_embeddings and isinstance(w["embed"], QuantizedArray):  # blocks along D: the head's form already
+            self._head = w["embed"]
+        elif c.tie_embeddings:  # the table, held once, as [D, V]: the head reads it as x @ W, row after row.
             # Rewritten in the table's own memory (the model's copy, C-contiguous and aligned), whose
             # block would otherwise keep a dead [V, D] slot for the model's life.
             table = w["embed"]
             head = table.reshape(-1).reshape(c.d_model, c.vocab_size)
             head[...] = table.T.copy()
             w["embed"] = head.T
-        self._head = w["embed"].T if c.tie_embeddings else w["head"]
+            self._head = head
+        else:
+            self._head = w["head"]
         self._model_weights = {"norm": w["norm"], "head": self._head}
         self._kernels = self._compile()
 
@@ -183,16 +189,14 @@ class Decoder(Generator):
         for fn, params in declared.items():
             for name, dtype in params.items():
                 if name in bound and dtype not in KINA_DTYPES.values() and dtype not in values:
-                    values[dtype] = KINA_DTYPES[np.dtype(bound[name].dtype)]
+                    values[dtype] = dtype_name(bound[name])
         return values
 
     def _compile(self):
-        c = self.config
-        largest = max(c.d_model * max(c.ffn_dim, c.q_dim), c.vocab_size * c.d_model)
-        dims = self.family.dims(c)
+        largest = max(a.nbytes for a in [*self._layer_weights[0].values(), self._head])
+        dims = self.family.dims(self.config)
         return _program(self.family.kernel, tuple(sorted(self._type_params().items())), tuple(sorted(dims.items())),
-                        self.fma, largest * self.weight_dtype.itemsize >= THREADED_MIN_WEIGHT_BYTES,
-                        self.pass_options)
+                        self.fma, largest >= THREADED_MIN_WEIGHT_BYTES, self.pass_options)
 
     def _arguments(self, fn, inputs: dict, layer: int | None, env: dict[str, int]) -> list[np.ndarray]:
         """`fn`'s arguments in its order, each by its parameter's name (see the module doc)."""
@@ -233,7 +237,12 @@ class Decoder(Generator):
 
     def embed(self, tokens: Sequence[int]) -> np.ndarray:
         """The embedding rows of `tokens`, [1, P, D] in the model's dtype (times `embed_scale`)."""
-        x = self.weights["embed"][list(tokens)][None].astype(self.dtype, copy=False)
+        table = self.weights["embed"]
+        if isinstance(table, QuantizedArray):  # its columns are the rows of the table: one run of blocks each
+            x = dequantize_blocks(table.data[list(tokens)], table.dtype).reshape(1, len(tokens), -1)
+            x = x.astype(self.dtype, copy=False)
+        else:
+            x = table[list(tokens)][None].astype(self.dtype, copy=False)
         if self.config.embed_scale is not None:
             x = x * self.dtype.type(self.config.embed_scale)
         return x
@@ -337,6 +346,11 @@ class Decoder(Generator):
         if not tokens:
             raise ValueError("tokens: expected at least one token")
         return tokens
+
+
+def dtype_name(a) -> str:
+    """The Kina dtype of a weight: a block format's name, or the float's (F32, F16, ...)."""
+    return a.dtype if isinstance(a, QuantizedArray) else KINA_DTYPES[np.dtype(a.dtype)]
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .. import files
 from .checkpoints.fields import CheckpointError
 
@@ -138,3 +140,69 @@ def _special(tokenizer) -> dict[int, str]:
         return {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
     except AttributeError:  # an older tokenizers
         return {}
+
+
+# -- from a GGUF file's metadata -----------------------------------------------------------------
+
+# `tokenizer.ggml.pre` -> the split a byte-level vocabulary's merges were learned on (llama.cpp's
+# pre-tokenizer types, as llama-vocab.cpp lists them); others split as GPT-2 does.
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+GGUF_SPLITS = {"llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT,
+               "smaug-bpe": _LLAMA3_SPLIT, "dbrx": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT,
+               "deepseek-r1-qwen": _QWEN2_SPLIT}
+# types whose digits are split one by one before GPT-2's split (llama.cpp: smollm, starcoder, ...)
+GGUF_DIGITS = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b")
+CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type
+
+
+def from_gguf(meta: dict, where) -> Text:
+    """The tokenizer a GGUF file's `tokenizer.ggml.*` keys describe (the `tokenizers` library's BPE:
+    GPT-2's byte-level form, `model` "gpt2"), with its special ids, `add_bos_token` and chat template.
+    A file without one, or of a kind Kina does not build, is a CheckpointError naming the key."""
+    model = meta.get("tokenizer.ggml.model")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if model is None or tokens is None:
+        raise CheckpointError(f"{where}: the file has no tokenizer (no 'tokenizer.ggml.model' or "
+                              "'tokenizer.ggml.tokens'): pass the prompt as token ids")
+    if model != "gpt2":
+        raise CheckpointError(f"{where}: field 'tokenizer.ggml.model' = {model!r}: Kina builds 'gpt2' "
+                              "(byte-level BPE) tokenizers from GGUF files")
+    try:
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    except ImportError:
+        raise CheckpointError("reading a tokenizer needs the tokenizers package (pip install tokenizers)") from None
+    types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    if any(len(m) != 2 for m in merges):
+        raise CheckpointError(f"{where}: field 'tokenizer.ggml.merges': a merge is not two tokens")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tokenizer = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre in GGUF_SPLITS:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(GGUF_SPLITS[pre]), "isolated"),
+                                                           pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                    use_regex=False)])
+    elif pre in GGUF_DIGITS:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                           pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                                  for t, k in zip(tokens, types) if k == CONTROL])
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t, k in zip(tokens, types) if k == USER_DEFINED])
+
+    def special(key):
+        i = meta.get(f"tokenizer.ggml.{key}")
+        return int(i) if isinstance(i, (int, np.integer)) and 0 <= i < len(tokens) else None
+
+    bos, eos, eot = special("bos_token_id"), special("eos_token_id"), special("eot_token_id")
+    eos_ids = tuple(dict.fromkeys(i for i in (eos, eot) if i is not None))
+    template = meta.get("tokenizer.chat_template")
+    return Text(tokenizer, bos, eos_ids, bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+                template if isinstance(template, str) else None,
+                bos_token=tokens[bos] if bos is not None else None, eos_token=tokens[eos] if eos is not None else None,
+                special={i: t for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL})

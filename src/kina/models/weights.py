@@ -24,11 +24,20 @@ import numpy as np
 from .. import files, runtime
 from ..runtime import arena
 from ..runtime.pool import data_pointer
+from ..runtime.quant import QuantizedArray
 
 
-def dtype_of(tensor, dtype: np.dtype, weight_dtype: np.dtype) -> np.dtype:
-    """The dtype a weight is held in: a matrix `weight_dtype`, a vector (gain, bias) `dtype`."""
-    return weight_dtype if tensor.matrix else dtype
+def dtype_of(tensor, dtype: np.dtype, weight_dtype: np.dtype | None) -> np.dtype:
+    """The dtype a weight is held in: a matrix `weight_dtype` (None: `dtype`), a vector (gain, bias) `dtype`."""
+    return weight_dtype if tensor.matrix and weight_dtype is not None else dtype
+
+
+def matrix_dtypes(dtype: np.dtype) -> tuple[np.dtype, ...]:
+    """The float dtypes a matrix may have against activations of `dtype` (weight_dtype None):
+    `dtype`, or F16 or BF16 against F32 (a mixed matmul widens each weight exactly)."""
+    if dtype == np.float32:
+        return dtype, np.dtype(np.float16), runtime.numpy_dtype("BF16")
+    return (dtype,)
 
 
 def random(layout, seed: int, dtype, weight_dtype=None) -> dict[str, np.ndarray]:
@@ -63,11 +72,13 @@ def read(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return files.read_npz(path, "weights")
 
 
-def check(weights: Mapping[str, np.ndarray], layout, dtype: np.dtype, weight_dtype: np.dtype,
+def check(weights: Mapping[str, np.ndarray], layout, dtype: np.dtype, weight_dtype: np.dtype | None,
           copy: bool = True, allow_nonfinite: bool = False) -> dict[str, np.ndarray]:
     """Every tensor of `layout` (name -> (Tensor, shape)), checked and aligned; see the module doc.
     With `copy=False` (arrays the caller made and gives up) an array that is already
-    C-contiguous and aligned is kept as it is."""
+    C-contiguous and aligned is kept as it is. With `weight_dtype` None each matrix may be
+    any of `matrix_dtypes(dtype)` or a block-quantized `runtime.QuantizedArray` (of its shape;
+    the embedding table's as the head reads it, [d_model, vocab_size]), kept as it is."""
     def expected(name):
         t, shape = layout[name]
         return f"[{', '.join(map(str, shape))}] ([{', '.join(t.dims)}])"
@@ -81,13 +92,26 @@ def check(weights: Mapping[str, np.ndarray], layout, dtype: np.dtype, weight_dty
         raise ValueError(f"weights: unexpected tensor {extra[0]!r}: not a weight of this model "
                          f"(its family's layout lists them: kina.models.families)")
     present = [name for name in layout if name in weights]
+    quantized = {}
     for name in present:
         t, shape = layout[name]
         a = weights[name]
+        if isinstance(a, QuantizedArray) and t.matrix and weight_dtype is None:
+            want = shape[::-1] if name == "embed" else shape
+            if a.shape != want:
+                raise ValueError(f"weights: tensor {name!r} is {a.dtype} of shape {list(a.shape)}, expected "
+                                 f"{list(want)}")
+            if dtype not in matrix_dtypes(np.dtype(np.float32)):
+                raise TypeError(f"weights: tensor {name!r} is {a.dtype}: block-quantized weights take activations of "
+                                f"dtype float32, float16 or bfloat16, not {dtype}")
+            quantized[name] = a
+            continue
         if not isinstance(a, np.ndarray):
             raise TypeError(f"weights: tensor {name!r} must be a numpy.ndarray, got {type(a).__name__}")
         want = dtype_of(t, dtype, weight_dtype)
-        whose = "weight_dtype" if t.matrix and weight_dtype != dtype else "dtype"
+        whose = "weight_dtype" if t.matrix and weight_dtype not in (None, dtype) else "dtype"
+        if t.matrix and weight_dtype is None and a.dtype in matrix_dtypes(dtype):
+            want = a.dtype
         if a.dtype != want:
             raise TypeError(f"weights: tensor {name!r} has dtype {a.dtype}, expected {want}, the model's {whose} "
                             f"(nothing is converted on load)")
@@ -98,8 +122,8 @@ def check(weights: Mapping[str, np.ndarray], layout, dtype: np.dtype, weight_dty
             raise ValueError(f"weights: tensor {name!r} holds NaN or infinity ({int(bad.sum())} of {a.size} values, "
                              f"the first at index {[int(i) for i in np.argwhere(bad)[0]]}); pass "
                              "allow_nonfinite=True to load it anyway")
-    kept = {name: weights[name] for name in present if not copy and weights[name].flags.c_contiguous
-            and data_pointer(weights[name]) % runtime.ALIGN == 0}
+    kept = {name: weights[name] for name in present if name in quantized or not copy
+            and weights[name].flags.c_contiguous and data_pointer(weights[name]) % runtime.ALIGN == 0}
     made = [n for n in present if n not in kept]
     zeros = [n for n in layout if n not in weights]
     block = arena.arrays({**{n: (weights[n].shape, weights[n].dtype) for n in made},

@@ -5,6 +5,7 @@ Out: `load(path, ...)`, the `kina.models.Decoder` it holds; `load_text(path)`, i
      (a `kina.models.tokenizer.Text`), or None when it has none; `CheckpointError`.
 
     hf.py      Hugging Face folders
+    gguf.py    GGUF files (quantized blocks kept)
     fields.py  reading a config's fields; CheckpointError
 
 Guarantees: every problem with a checkpoint is a `CheckpointError` (a ValueError) naming the
@@ -20,28 +21,30 @@ from .fields import CheckpointError
 __all__ = ["CheckpointError", "load", "load_text", "describe"]
 
 
-def _kind(path: Path) -> str:
+def _reader(path: Path):
+    """The reader module of the checkpoint at `path`: hf for a folder, gguf for a GGUF file."""
     if path.is_dir():
-        return "hf"
+        from . import hf
+        return hf
     if not path.exists():
         raise CheckpointError(f"{path}: no such model folder or file")
-    raise CheckpointError(f"{path}: not a model: expected a Hugging Face folder (with config.json)")
+    from . import gguf
+    if gguf.is_gguf(path):
+        return gguf
+    raise CheckpointError(f"{path}: not a model: expected a Hugging Face folder (with config.json) or a GGUF file")
 
 
 def load(path: str | os.PathLike, **options):
     """The Decoder of the checkpoint at `path`; `options` are the reader's (dtype, max_seq_len, ...)."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such model folder")
-    _kind(path)
-    from . import hf
-    return hf.load(path, **options)
+    return _reader(Path(path)).load(Path(path), **options)
 
 
 def load_text(path: str | os.PathLike):
-    """The checkpoint's tokenizer, or None when a folder has no tokenizer.json."""
+    """The checkpoint's tokenizer, or None when it has none (a folder without tokenizer.json)."""
     path = Path(path)
-    _kind(path)
+    reader = _reader(path)
+    if reader.__name__.endswith(".gguf"):
+        return reader.load_text(path)
     if not (path / "tokenizer.json").is_file():
         return None
     from ..tokenizer import from_folder
@@ -49,8 +52,11 @@ def load_text(path: str | os.PathLike):
 
 
 def describe(path: str | os.PathLike):
-    """(family, DecoderConfig, info) without reading the weights: a bad checkpoint fails here, cheaply."""
+    """(family, DecoderConfig) without reading the weights: a bad checkpoint fails here, cheaply."""
     path = Path(path)
-    _kind(path)
-    from . import hf
-    return hf.read_config(path)
+    reader = _reader(path)
+    if reader.__name__.endswith(".gguf"):
+        _, family, config = reader.read(path)
+        return family, config
+    family, config, _ = reader.read_config(path)
+    return family, config
