@@ -3,7 +3,8 @@
 In:  an `ast.Program` from `syntax.parse`; optionally `dtypes` (a value for each
      type parameter, `{"T": "F16"}`) and `dims` (values fixing dim names, `{"S": 128}`).
 Out: the same program with every `Expr.type` set to a concrete `TensorType`,
-     and every `Function.sig` set to its `Signature`.
+     and every `Function.sig` set to its `Signature`; its functions are the entries,
+     the program's own, with every call inlined (`inline.py`): no `Call` is left.
 
 Guarantees: a program that passes `check` is well typed by the rules below, so
 lowering never has to re-check, and it compiles: only @host tensors pass. Dims
@@ -43,6 +44,8 @@ and an op that needs a floating dtype says so in its entry (`floating`):
   convert[dtype=D] x   D a dtype or a type parameter of the function; x's shape in dtype D; not
                        from a float to an integer; to x's own dtype it is x itself (no node)
   names                defined once, before use; dim names bound by a parameter's type
+  f(x, ...)            f a function of this file or of a used one (`uses.py`): inlined, see inline.py;
+                       let (a, b) = f(...) binds each result, and nothing but a call stands there
   results              arity and types equal the declared ones
   type parameters      fn[T, ...]: declared once, not a dtype or dim name, used in a type, given a value
   placements           only @host parameters and results (checked last, after the rules above)
@@ -54,7 +57,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 
-from . import ast, ops
+from . import ast, inline, ops, uses
 from .diagnostics import KinaError, Loc
 from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType, nearest
 
@@ -83,10 +86,12 @@ def check(program: ast.Program, dtypes: Mapping[str, str] | None = None,
     for a bad program."""
     dtypes = _dtype_values(program, dtypes)
     dims = _dim_values(program, dims)
+    texts = {program.filename: program.source}  # and each used file's, as it is read
     try:
-        return _check(program, dtypes, dims)
+        library = uses.load(program, texts)
+        return _check(program, dtypes, dims, library)
     except KinaError as e:
-        raise e.with_source(program.source) from None
+        raise e.with_source(program.source).with_sources(texts) from None
 
 
 def _dtype_values(program: ast.Program, dtypes: Mapping[str, str] | None) -> dict[str, str]:
@@ -128,7 +133,7 @@ def _unique(names) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _check(program: ast.Program, dtypes: dict[str, str], dims: dict[str, int]) -> ast.Program:
+def _check(program: ast.Program, dtypes: dict[str, str], dims: dict[str, int], library: uses.Library) -> ast.Program:
     if not program.functions:
         raise KinaError(Loc(program.filename, 1, 1), "no function defined: expected 'let NAME = fn(...) -> (...) { ... }'")
     seen: dict[str, Loc] = {}
@@ -138,7 +143,7 @@ def _check(program: ast.Program, dtypes: dict[str, str], dims: dict[str, int]) -
             raise KinaError(fn.loc, f"function '{fn.name}' is already defined",
                             [(seen[fn.name], f"'{fn.name}' first defined here")])
         seen[fn.name] = fn.loc
-        functions.append(_FunctionChecker(fn, dtypes, dims).run())
+        functions.append(_FunctionChecker(fn, dtypes, dims, library).run())
     # Last, so that a mixed program gets the more precise "placements differ" first.
     for fn in functions:
         _require_host(fn)
@@ -190,17 +195,20 @@ def _check_size(ty: TensorType, loc: Loc) -> None:
         raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {elements * itemsize} bytes, {limit}")
 
 
-def _fix_dims(dim: Dim, values: Mapping[str, int]) -> Dim:
-    """`dim` with each name in `values` replaced by its value: S+1 with S=128 is 129."""
-    fixed = [(n, c) for n, c in dim.terms if n in values]
-    return Dim(dim.const + sum(c * values[n] for n, c in fixed), tuple(t for t in dim.terms if t[0] not in values))
-
-
 class _FunctionChecker:
-    def __init__(self, fn: ast.Function, dtypes: Mapping[str, str], dims: Mapping[str, int]):
+    """Checks one function: an entry (specialised with `dtypes` and `dims`), or a callee
+    (specialised from a call's arguments, `dims` then giving names a caller's `Dim`s, and
+    `calls` the chain of calls from the entry, which `inline` reads)."""
+
+    def __init__(self, fn: ast.Function, dtypes: Mapping[str, str], dims: Mapping[str, int | Dim],
+                 library: uses.Library, calls: tuple = (), whence: tuple[str, str] = ("dtypes", "dims")):
         self.fn = self.written = fn  # self.fn becomes the specialised function
         self.env: dict[str, tuple[TensorType, Loc]] = {}
         self.temporaries: list[TensorType] = []
+        self.body: list[ast.Let] = []  # the checked lets, those of inlined calls among them
+        self.binding: str | None = None  # the let whose value is being typed (None: the results)
+        self.whence = whence  # where dtypes and dims come from, for notes
+        self.inliner = inline.Inliner(self, library, calls or ((fn, None),))
         self.dim_uses: dict[str, Loc] = {}  # each dim name -> where it is first written
         for ann in [p.type for p in fn.params] + list(fn.result_types):
             for d, loc in zip(ann.dims, ann.dim_locs):
@@ -217,7 +225,8 @@ class _FunctionChecker:
         try:
             return dataclasses.replace(self._run(), type_params=type_params)
         except KinaError as e:  # an error in a specialisation: say what it was specialised with
-            e.notes.extend(self._specialisation_notes())
+            if not self.inliner.failed:  # (not for one in a callee, whose own values it says)
+                e.notes.extend(self._specialisation_notes())
             raise
 
     def _type_params(self) -> tuple[ast.TypeParam, ...]:
@@ -243,17 +252,19 @@ class _FunctionChecker:
         return tuple(dataclasses.replace(t, value=self.dtypes[t.name]) for t in fn.type_params)
 
     def _specialisation_notes(self) -> list[tuple[Loc, str]]:
-        notes = [(t.loc, f"{t.name} is {self.dtypes[t.name]} (from dtypes)") for t in self.written.type_params]
+        notes = [(t.loc, f"{t.name} is {self.dtypes[t.name]} (from {self.whence[0]})") for t in self.written.type_params]
         for name, value in self.dims.items():
+            if value == Dim.of(name):
+                continue  # a caller's dim of the same name: nothing to say
             binding = [loc for p in self.written.params for d, loc in zip(p.type.dims, p.type.dim_locs)
                        if d.symbol == name]
-            notes.append(((binding or [self.dim_uses[name]])[0], f"{name} is {value} (from dims)"))
+            notes.append(((binding or [self.dim_uses[name]])[0], f"{name} is {value} (from {self.whence[1]})"))
         return notes
 
     def specialise(self, ann: ast.TypeAnn) -> ast.TypeAnn:
         """The written type with type parameters and fixed dims replaced by their values."""
         return dataclasses.replace(ann, dtype=self.dtypes.get(ann.dtype) or ann.dtype,
-                                   dims=tuple(_fix_dims(d, self.dims) for d in ann.dims))
+                                   dims=tuple(d.substitute(self.dims) for d in ann.dims))
 
     def _run(self) -> ast.Function:
         fn = self.fn = dataclasses.replace(
@@ -267,18 +278,24 @@ class _FunctionChecker:
             ty = resolve_type(p.type)
             self.env[p.name] = (ty, p.loc)
             params.append((p.name, ty))
-        self._check_dim_names(params)
+        self._check_dim_names()
         declared = tuple(resolve_type(t) for t in fn.result_types)
-        self._check_result_dims(declared)
-        body = []
+        self._check_result_dims()
         for let in fn.body:
-            if let.name in self.env:
-                kind = "parameter" if any(p.name == let.name for p in fn.params) else "name"
-                raise KinaError(let.loc, f"'{let.name}' is already defined (a let may not shadow a {kind})",
-                                [(self.env[let.name][1], f"'{let.name}' first defined here")])
-            value = self.expr(let.value)
-            self.env[let.name] = (value.type, let.loc)
-            body.append(dataclasses.replace(let, value=value))
+            here: dict[str, Loc] = {}  # the names of this let so far (let (a, a) = ...)
+            for name, loc in zip(ast.bound_names(let), let.name_locs if isinstance(let, ast.TupleLet) else (let.loc,)):
+                if name in self.env or name in here:
+                    kind = "parameter" if any(p.name == name for p in fn.params) else "name"
+                    first = here[name] if name in here else self.env[name][1]
+                    raise KinaError(loc, f"'{name}' is already defined (a let may not shadow a {kind})",
+                                    [(first, f"'{name}' first defined here")])
+                here[name] = loc
+            if isinstance(let, ast.TupleLet) or isinstance(let.value, ast.Call):
+                self.inliner.let(let)  # the call's lets, then this one's
+            else:
+                self.binding = let.name
+                self.define(let.name, self.expr(let.value), let.loc)
+        self.binding = None
         results = tuple(self.expr(r) for r in fn.results)
         if len(results) != len(declared):
             raise KinaError(fn.results[0].loc if fn.results else fn.loc,
@@ -289,21 +306,28 @@ class _FunctionChecker:
                 raise KinaError(got.loc, f"result {i} has type {got.type} but the function declares {want}",
                                 [(ann.loc, "declared here")])
         sig = Signature(fn.name, tuple(params), declared, tuple(self.temporaries))
-        return dataclasses.replace(fn, body=tuple(body), results=results, sig=sig)
+        return dataclasses.replace(fn, body=tuple(self.body), results=results, sig=sig)
 
-    def _check_dim_names(self, params: list[tuple[str, TensorType]]) -> None:
-        bound = {d.symbol for _, t in params for d in t.dims if d.symbol}
-        for p, (_, t) in zip(self.fn.params, params):
-            for d, loc in zip(t.dims, p.type.dim_locs):
+    def define(self, name: str, value: ast.Expr, loc: Loc) -> None:
+        """Bind `name` to the typed `value`: a let of the checked body."""
+        self.body.append(ast.Let(name, value, loc))
+        self.env[name] = (value.type, loc)
+
+    def _check_dim_names(self) -> None:
+        """Names as written (a call gives a callee's names the caller's dims): each is alone as
+        one of some parameter's dims, or given a value (`dims`, or a call's arguments)."""
+        bound = {d.symbol for p in self.written.params for d in p.type.dims if d.symbol} | set(self.dims)
+        for p in self.written.params:
+            for d, loc in zip(p.type.dims, p.type.dim_locs):
                 for name in d.names:
                     if name not in bound:
                         raise KinaError(loc, f"dim name '{name}' is not bound: some parameter must have "
                                              f"'{name}' alone as one of its dims")
         self.bound = bound
 
-    def _check_result_dims(self, declared: tuple[TensorType, ...]) -> None:
-        for t, ann in zip(declared, self.fn.result_types):
-            for d, loc in zip(t.dims, ann.dim_locs):
+    def _check_result_dims(self) -> None:
+        for ann in self.written.result_types:
+            for d, loc in zip(ann.dims, ann.dim_locs):
                 for name in d.names:
                     if name not in self.bound:
                         raise KinaError(loc, f"dim name '{name}' in a result type is not bound by any parameter")
@@ -312,7 +336,7 @@ class _FunctionChecker:
     def expr(self, e: ast.Expr) -> ast.Expr:
         """Type `e`; every tensor an operation makes is size-checked and recorded."""
         typed = self._expr(e)
-        if not isinstance(e, ast.Name):
+        if not isinstance(e, (ast.Name, ast.Call)):  # an inlined call's tensors are its callee's
             _check_size(typed.type, e.loc)  # concat, matmul and broadcasting all grow tensors
             self.temporaries.append(typed.type)
         return typed
@@ -321,12 +345,14 @@ class _FunctionChecker:
         if isinstance(e, ast.Name):
             if e.id not in self.env:
                 later = [(let.loc, f"'{e.id}' is defined here, after its use") for let in self.fn.body
-                         if let.name == e.id]
+                         if e.id in ast.bound_names(let)]
                 raise KinaError(e.loc, f"undefined name '{e.id}'", later[:1])
             return dataclasses.replace(e, type=self.env[e.id][0])
         if isinstance(e, ast.Number):
             raise KinaError(e.loc, f"a number may only appear as an operand of {_ELEMENTWISE_OPS} "
                                    "(it takes the other operand's dtype and shape)")
+        if isinstance(e, ast.Call):  # not an op of the table: inlined, its value a Name
+            return self.inliner.value(e)
         return RULES[ops.of(e).family](self, e)
 
     def _notes(self, *operands: tuple[str, ast.Expr]) -> list[tuple[Loc, str]]:
@@ -539,11 +565,11 @@ class _FunctionChecker:
         products of their static dims are equal."""
         x = self.expr(e.operand)
         t = x.type
-        dims = tuple(_fix_dims(d, self.dims) for d in e.dims)
-        for d, loc in zip(dims, e.dim_locs or [e.loc] * len(dims)):
+        for d, loc in zip(e.dims, e.dim_locs or [e.loc] * len(e.dims)):
             for name in d.names:
                 if name not in self.bound:
                     raise KinaError(loc, f"reshape: dim name '{name}' is not bound by any parameter")
+        dims = tuple(d.substitute(self.dims) for d in e.dims)
         result = TensorType(t.dtype, dims, t.placement)
         notes = self._notes(("operand", e.operand))
         before, after = [d for d in t.dims if not d.is_static], [d for d in dims if not d.is_static]
