@@ -100,7 +100,7 @@ class Dim:
     def evaluate(self, env: dict[str, int]) -> int:
         return self.const + sum(c * env[n] for n, c in self.terms)
 
-    def substitute(self, values: "Mapping[str, int | Dim]") -> "Dim":
+    def substitute(self, values: Mapping[str, int | Dim]) -> "Dim":
         """This dim with each name in `values` replaced by its value, an int or itself a dim,
         all at once: S+1 with S=128 is 129, and with S=T+1 (a caller's dim) it is T+2."""
         out = Dim(self.const)
