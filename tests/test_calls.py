@@ -329,3 +329,33 @@ def test_the_cache_key_changes_with_any_file_the_uses_reach(tmp_path):
     assert len({first, second, third}) == 3
     assert pipeline.cache_key(MAIN.replace('use "lib.kina";', "// no use"), main, Options()) not in {first, second}
     assert [os.path.basename(n) for n, _ in uses.used_files(MAIN, main)] == ["lib.kina", "inner.kina"]
+
+
+# -- limits: errors, not a Python RecursionError ---------------------------------------------------
+
+def test_calls_nested_too_deep_are_an_error():
+    from kina.frontend.inline import MAX_CALL_DEPTH
+    n = MAX_CALL_DEPTH + 5
+    source = "".join(f"let f{i} = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {{\n"
+                     f"  ({f'f{i + 1}(a)' if i + 1 < n else 'a'})\n}}\n" for i in range(n))
+    with pytest.raises(kina.KinaError) as info:
+        check.check(syntax.parse(source, "chain.kina"))
+    assert info.value.message.startswith(f"calls nested more than {MAX_CALL_DEPTH} deep: f0 calls f1 calls f2 calls")
+    shallow = source.replace(f"(f{MAX_CALL_DEPTH}(a))", "(a)")  # the deepest chain that is allowed
+    assert len(check.check(syntax.parse(shallow, "chain.kina")).functions) == n
+
+
+def test_a_deep_callee_deep_in_an_expression_is_an_error_that_says_what_to_do():
+    depth = syntax.MAX_DEPTH - 10
+    g = "let g = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n  let b = a" + " + a" * depth + \
+        ";\n  (b)\n}\n"
+    deep = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n  let b = g(a)" + " + a" * depth + \
+           ";\n  (b)\n}\n"
+    with pytest.raises(kina.KinaError) as info:
+        check.check(syntax.parse(deep + g, "deep.kina"))
+    assert (info.value.loc.line, info.value.loc.col) == (2, 11)
+    assert info.value.message == "the call of g is nested too deeply in this expression for g's own: bind it " \
+                                 "to a let of its own, let y = g(...);"
+    bound = deep.replace("let b = g(a)", "let t = g(a);\n  let b = t")  # as it says
+    a = np.arange(2, dtype=np.float32)
+    assert_same(kina.interpret(bound + g, "deep.kina").f(a)[0], a * (2 * depth + 1))

@@ -40,6 +40,8 @@ from . import ast, syntax
 from .diagnostics import KinaError, Loc
 from .types import DTYPES, Dim, TensorType
 
+MAX_CALL_DEPTH = 32  # calls inside calls; far beyond any real program, and well within Python's stack
+
 
 class Inliner:
     """The calls of one function being checked: `checker` is its `_FunctionChecker`, `calls`
@@ -113,6 +115,9 @@ class Inliner:
         cycle = next((i for i, (fn, _) in enumerate(self.calls) if _same(fn, callee)), None)
         if cycle is not None:
             self._recursion(call, callee, cycle)
+        if len(self.calls) > MAX_CALL_DEPTH:
+            raise KinaError(where, f"calls nested more than {MAX_CALL_DEPTH} deep: "
+                                   f"{' calls '.join(fn.name for fn, _ in self.calls[:3])} calls ... {callee.name}")
         defined = [(callee.loc, f"{callee.name} defined here")]
         declared = len(callee.result_types)
         if let is not None and declared != results:
@@ -155,6 +160,11 @@ class Inliner:
                                      whence=("the arguments", "the arguments"))
         try:
             return checker.run()
+        except RecursionError:  # the callee's expressions, inside the caller's, deeper than Python's stack
+            self.failed = True
+            raise KinaError(call.loc, f"the call of {callee.name} is nested too deeply in this expression for "
+                                      f"{callee.name}'s own: bind it to a let of its own, "
+                                      f"let y = {callee.name}(...);") from None
         except KinaError as e:  # the callee's own error; say which call led there (once: a cycle's notes say it)
             self.failed = True
             if all(loc != call.loc and loc != call.callee_loc for loc, _ in e.notes):
