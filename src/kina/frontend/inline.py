@@ -123,7 +123,7 @@ class Inliner:
         if let is not None and declared != results:
             raise KinaError(let.loc, f"'let ({', '.join(let.names)}) = ...' binds {results} name(s) but "
                                      f"{callee.name} returns {declared} result(s)", defined)
-        if let is None and declared != 1:
+        if let is None and declared > 1:  # (none: the callee's own error, when it is checked)
             raise KinaError(call.loc, f"{callee.name} returns {declared} results, so its call is not a value: "
                                       f"bind them with 'let ({', '.join(f'r{i}' for i in range(declared))}) = "
                                       f"{callee.name}(...);'", defined)
