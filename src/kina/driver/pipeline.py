@@ -21,8 +21,8 @@ Guarantees: user errors are `KinaError`; invalid reference IR, a pass that fails
 or a pass that leaves invalid IR is an `InternalError` naming the pass, with a
 reproducer file (the pass's input and the command that reruns it); a failing external tool is a
 `ToolError` with its stderr and the command to rerun. Builds are cached by a hash
-of the source, the options, kinac's version and code, the MLIR/LLVM version and
-the target CPU; cache entries are written atomically (temp dir, then rename) and
+of the source and of every file its `use`s reach, the options, kinac's version and code,
+the MLIR/LLVM version and the target CPU; cache entries are written atomically (temp dir, then rename) and
 checked on every hit (the sidecar parses, describes this build, and gives the .so's
 size and sha256), and a damaged one is rebuilt and replaced, never handed out. A
 cache folder that cannot be written is skipped with one `CacheWarning`. No work
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__, files, knobs
-from ..frontend import ast, check as _check, syntax
+from ..frontend import ast, check as _check, syntax, uses
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
 from ..runtime import cpu
@@ -431,9 +431,12 @@ def target_cores(cpu_name: str) -> int | None:
 def cache_key(source: str | bytes, filename: str, options: Options) -> str:
     data = source if isinstance(source, bytes) else source.encode()
     _, host_cpu = toolchain.host()
+    # every file `use` reaches is part of the program: editing one rebuilds
+    used = [[name, None if text is None else hashlib.sha256(text).hexdigest()]
+            for name, text in uses.used_files(data, filename)]
     meta = json.dumps({"kina": __version__, "compiler": compiler_digest(), "llvm": toolchain.llvm_version(),
                        "host_cpu": host_cpu, "cores": target_cores(options.cpu), "filename": filename,
-                       "options": options.cache_key()},
+                       "options": options.cache_key(), "uses": used},
                       sort_keys=True)
     return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
 

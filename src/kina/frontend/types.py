@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # dtype name -> (MLIR element type, NumPy dtype name, is floating)
@@ -98,6 +99,15 @@ class Dim:
 
     def evaluate(self, env: dict[str, int]) -> int:
         return self.const + sum(c * env[n] for n, c in self.terms)
+
+    def substitute(self, values: Mapping[str, int | Dim]) -> "Dim":
+        """This dim with each name in `values` replaced by its value, an int or itself a dim,
+        all at once: S+1 with S=128 is 129, and with S=T+1 (a caller's dim) it is T+2."""
+        out = Dim(self.const)
+        for name, c in self.terms:
+            value = Dim.of(values[name]) if name in values else Dim(0, ((name, 1),))
+            out = out + Dim(value.const * c, tuple((n, k * c) for n, k in value.terms))
+        return out
 
     def __str__(self) -> str:
         # a coefficient is written as repeated names (S+S), the only form the grammar has

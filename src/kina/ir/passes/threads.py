@@ -614,8 +614,9 @@ def _fusable(g1, plan1, g2, plan2) -> bool:
     loops of different extents, every such buffer cut by both into the same ranges of its
     elements (_span; see _absorb)."""
     (src1, pos1), (src2, pos2) = plan1[2], plan2[2]
-    key = _extent_key(src1, pos1)
-    same_loop = key is not None and key == _extent_key(src2, pos2) and plan1[6] == plan2[6]
+    key, other = _extent_key(src1, pos1), _extent_key(src2, pos2)
+    # keys of one kind only: an MLIR value's == refuses None (and another kind is another extent)
+    same_loop = key is not None and type(key) is type(other) and key == other and plan1[6] == plan2[6]
     if not same_loop and not (plan1[6] and plan2[6] and _parts(plan1) == _parts(plan2)):
         return False
     if _batch(src1, pos1) or _batch(src2, pos2):
