@@ -162,8 +162,8 @@ def unpermute_rows(array, heads: int):
 
 def dims(config: DecoderConfig) -> dict[str, int]:
     Hk, G, Dh = config.n_kv_heads, config.group, config.head_dim
-    return dict(B=1, D=config.d_model, Hk=Hk, G=G, Dh=Dh, R=Dh // 2, Q=config.q_dim, KV=config.kv_dim,
-                F=config.ffn_dim, V=config.vocab_size)
+    return dict(B=1, D=config.d_model, Hk=Hk, G=G, Dh=Dh, R=Dh // 2, Q=config.q_dim,
+                KV=config.kv_dim, F=config.ffn_dim, V=config.vocab_size)
 
 
 def constants(config: DecoderConfig, dtypes) -> dict[str, np.ndarray]:
