@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from . import ast, inline, ops, uses
 from .diagnostics import KinaError, Loc
 from .rules import ELEMENTWISE_OPS, RULES, OpRules  # noqa: F401 (RULES: the rules by family, as before)
-from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType
+from .types import BLOCKS, DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType
 
 MAX_TENSOR_BYTES = 1 << 40  # 1 TiB: past this a static shape is a typo, not a tensor
 
@@ -133,8 +133,10 @@ def _require_host(fn: ast.Function) -> None:
             raise KinaError(ann.placement_loc or ann.loc, "only @host results can be compiled")
 
 
-def resolve_type(ann: ast.TypeAnn) -> TensorType:
-    """Validate a written type: known dtype and placement, sizes that fit in memory."""
+def resolve_type(ann: ast.TypeAnn, result: bool = False) -> TensorType:
+    """Validate a written type: known dtype and placement, sizes that fit in memory; a block
+    format only for a parameter, of rank >= 2, its blocked dim (-2) a static multiple of the
+    block."""
     if ann.dtype not in DTYPES:
         hint = f" (did you mean {ann.dtype.upper()}?)" if ann.dtype.upper() in DTYPES else ""
         raise KinaError(ann.dtype_loc or ann.loc,
@@ -143,8 +145,28 @@ def resolve_type(ann: ast.TypeAnn) -> TensorType:
         raise KinaError(ann.placement_loc or ann.loc,
                         f"unknown placement '@{ann.placement}': expected @host or @device")
     ty = TensorType(ann.dtype, ann.dims, ann.placement)
+    if ty.is_blocked:
+        _check_blocks(ty, ann, result)
     _check_size(ty, ann.loc)
     return ty
+
+
+def _check_blocks(ty: TensorType, ann: ast.TypeAnn, result: bool) -> None:
+    """A block-quantized type is a parameter's (weights given to the function), of rank >= 2,
+    blocked along dim -2 (the K of `x @ w`): a static multiple of the format's block."""
+    block = BLOCKS[ty.dtype][0]
+    where = ann.dtype_loc or ann.loc
+    if result:
+        raise KinaError(where, f"a result cannot be {ty.dtype}: block-quantized tensors are parameters only "
+                               "(a function computes in float dtypes)")
+    if ty.rank < 2:
+        raise KinaError(ann.loc, f"{ty.dtype} is blocked along dim -2 (the K of x @ w), so its tensors have rank "
+                                 f">= 2; {ty.shape_str()} has rank {ty.rank}")
+    k = ty.dims[-2]
+    at = ann.dim_locs[-2] if len(ann.dim_locs) == ty.rank else ann.loc
+    if not k.is_static or k.const % block:
+        raise KinaError(at, f"{ty.dtype} is blocked along dim {ty.rank - 2} in blocks of {block}: that dim must be "
+                            f"a static multiple of {block}, and {ty.shape_str()} has {k}")
 
 
 def _check_size(ty: TensorType, loc: Loc) -> None:
@@ -152,17 +174,17 @@ def _check_size(ty: TensorType, loc: Loc) -> None:
 
     Each dim's constant part is bounded on its own too, so a 0 elsewhere in the
     shape cannot hide a dim that overflows int64."""
-    itemsize = DTYPE_BYTES[ty.dtype]
+    itemsize = DTYPE_BYTES[ty.dtype] / BLOCKS.get(ty.dtype, (1,))[0]
     limit = f"more than the {MAX_TENSOR_BYTES >> 30} GiB Kina allows for one tensor"
     elements = 1
     for i, d in enumerate(ty.dims):
         if d.const * itemsize > MAX_TENSOR_BYTES:
             raise KinaError(loc, f"dim {i} of tensor {ty.shape_str()} is too large for memory: "
-                                 f"{d.const} {ty.dtype} elements need {d.const * itemsize} bytes, {limit}")
+                                 f"{d.const} {ty.dtype} elements need {int(d.const * itemsize)} bytes, {limit}")
         elements *= d.const if d.is_static else 1
     if elements * itemsize > MAX_TENSOR_BYTES:
         what = "needs" if ty.is_static else "needs at least"
-        raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {elements * itemsize} bytes, {limit}")
+        raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {int(elements * itemsize)} bytes, {limit}")
 
 
 class _FunctionChecker(OpRules):
@@ -175,6 +197,7 @@ class _FunctionChecker(OpRules):
         self.fn = self.written = fn  # self.fn becomes the specialised function
         self.env: dict[str, tuple[TensorType, Loc]] = {}
         self.temporaries: list[TensorType] = []
+        self._parents: list = []  # the expressions being typed, innermost last (what a name is an operand of)
         self.body: list[ast.Let] = []  # the checked lets, those of inlined calls among them
         self.binding: str | None = None  # the let whose value is being typed (None: the results)
         self.whence = whence  # where dtypes and dims come from, for notes
@@ -249,7 +272,7 @@ class _FunctionChecker(OpRules):
             self.env[p.name] = (ty, p.loc)
             params.append((p.name, ty))
         self._check_dim_names()
-        declared = tuple(resolve_type(t) for t in fn.result_types)
+        declared = tuple(resolve_type(t, result=True) for t in fn.result_types)
         self._check_result_dims()
         for let in fn.body:
             here: dict[str, Loc] = {}  # the names of this let so far (let (a, a) = ...)
@@ -305,11 +328,30 @@ class _FunctionChecker(OpRules):
     # -- expressions ---------------------------------------------------------
     def expr(self, e: ast.Expr) -> ast.Expr:
         """Type `e`; every tensor an operation makes is size-checked and recorded."""
-        typed = self._expr(e)
+        self._parents.append(e)
+        try:
+            typed = self._expr(e)
+        finally:
+            self._parents.pop()
         if not isinstance(e, (ast.Name, ast.Call)):  # an inlined call's tensors are its callee's
             _check_size(typed.type, e.loc)  # concat, matmul and broadcasting all grow tensors
             self.temporaries.append(typed.type)
         return typed
+
+    def _blocked_use(self, name: ast.Name, t: TensorType) -> None:
+        """A block-quantized tensor is the rhs of `@` (weights against float activations), the
+        operand of `convert` (its values) or a callee's argument; anywhere else it is an error
+        at the name."""
+        parent = self._parents[-2] if len(self._parents) > 1 else None
+        if isinstance(parent, (ast.Convert, ast.Call)) or (isinstance(parent, ast.MatMul) and parent.rhs is name):
+            return
+        if isinstance(parent, ast.Expr) and not isinstance(parent, ast.Name):
+            where = ops.of(parent).shown
+        else:
+            where = "a result" if self.binding is None else f"let {self.binding}"
+        raise KinaError(name.loc, f"{where}: '{name.id}' is {t.dtype}, a block-quantized tensor: it may only be the "
+                                  "rhs of @ (x @ w, against float activations) or converted (convert[dtype=F32] w)",
+                        [(self.env[name.id][1], f"'{name.id}' defined here")])
 
     def _expr(self, e: ast.Expr) -> ast.Expr:
         if isinstance(e, ast.Name):
@@ -317,7 +359,10 @@ class _FunctionChecker(OpRules):
                 later = [(let.loc, f"'{e.id}' is defined here, after its use") for let in self.fn.body
                          if e.id in ast.bound_names(let)]
                 raise KinaError(e.loc, f"undefined name '{e.id}'", later[:1])
-            return dataclasses.replace(e, type=self.env[e.id][0])
+            t = self.env[e.id][0]
+            if t.is_blocked:
+                self._blocked_use(e, t)
+            return dataclasses.replace(e, type=t)
         if isinstance(e, ast.Number):
             raise KinaError(e.loc, f"a number may only appear as an operand of {ELEMENTWISE_OPS} "
                                    "(it takes the other operand's dtype and shape)")

@@ -120,6 +120,11 @@ class OpRules:
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         a, b = lhs.type, rhs.type
         notes = self._notes(("lhs", e.lhs), ("rhs", e.rhs))
+        if a.is_blocked:
+            raise KinaError(e.lhs.loc, f"matmul: lhs is {a.dtype}, a block-quantized tensor: it may only be the rhs "
+                                       "(x @ w, weights against float activations)", notes)
+        if b.is_blocked:
+            return self._quantized_matmul(e, lhs, rhs, notes)
         # mixed: F16 or BF16 against the dtype it computes in (F32), as weights against activations
         mixed = {a.dtype, b.dtype} in [{narrow, wide} for narrow, wide in ops.WIDE.items()]
         if a.dtype != b.dtype and not mixed:
@@ -131,6 +136,11 @@ class OpRules:
                 raise KinaError(e.loc, f"matmul: operands must have rank >= 2: {side} {t.shape_str()} has rank {t.rank}",
                                 notes)
         self._floating(e, a, ("lhs", e.lhs), ("rhs", e.rhs))
+        dtype = ops.WIDE.get(a.dtype, a.dtype) if mixed else a.dtype  # mixed: the wider one
+        return self._matmul_dims(e, lhs, rhs, a, b, notes, dtype)
+
+    def _matmul_dims(self, e, lhs, rhs, a: TensorType, b: TensorType, notes, dtype: str) -> ast.Expr:
+        """The product's type: batch dims broadcast, the contraction dims equal."""
         n = max(a.rank, b.rank) - 2
         batch = []
         for i in range(n):  # result batch dim i is dim i - (n - rank + 2) of each operand, when it has one
@@ -145,8 +155,19 @@ class OpRules:
             raise KinaError(e.loc, f"matmul: contraction dims differ: lhs {a.shape_str()} has K={a.dims[-1]}, "
                                    f"rhs {b.shape_str()} has K={b.dims[-2]}", notes)
         dims = (*batch, a.dims[-2], b.dims[-1])
-        dtype = ops.WIDE.get(a.dtype, a.dtype) if mixed else a.dtype  # mixed: the wider one
         return dataclasses.replace(e, lhs=lhs, rhs=rhs, type=TensorType(dtype, dims, a.placement))
+
+    def _quantized_matmul(self, e: ast.MatMul, lhs: ast.Expr, rhs: ast.Expr, notes) -> ast.Expr:
+        """x @ w with w block-quantized [..., K, N]: x F32, F16 or BF16 [..., I, K]; the sums run in
+        F32 over w's exact values and the result has x's dtype (rounded once from F32)."""
+        a, b = lhs.type, rhs.type
+        if a.dtype not in ("F32", "F16", "BF16"):
+            raise KinaError(e.loc, f"matmul: rhs is {b.dtype}, a block-quantized tensor, so lhs must be F32, F16 or "
+                                   f"BF16 (the activations), not {a.dtype}", notes)
+        self._same_kind(e, "matmul", a, dataclasses.replace(b, dtype=a.dtype), rank=False)
+        if a.rank < 2:
+            raise KinaError(e.loc, f"matmul: operands must have rank >= 2: lhs {a.shape_str()} has rank {a.rank}", notes)
+        return self._matmul_dims(e, lhs, rhs, a, dataclasses.replace(b, dtype=a.dtype), notes, a.dtype)
 
     @rule("elementwise")
     def elementwise(self, e: ast.Binary) -> ast.Expr:
@@ -315,6 +336,9 @@ class OpRules:
             raise KinaError(e.dtype_loc or e.loc,
                             f"convert: unknown dtype '{e.dtype}': expected one of {', '.join(DTYPES)}{also}{hint}")
         result = TensorType(dtype, t.dims, t.placement)
+        if result.is_blocked:
+            raise KinaError(e.dtype_loc or e.loc, f"convert: to {dtype}, a block format, is not defined: quantizing is "
+                                                  "the runtime's (kina.runtime.quant); convert from one to a float dtype")
         if t.is_float and not result.is_float:
             raise KinaError(e.loc, f"convert: from a float to an integer ({t.dtype} to {dtype}) is not defined: "
                                    "only float to float, integer to float and integer to integer",

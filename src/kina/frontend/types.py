@@ -4,8 +4,8 @@ In:  dtype and placement names, dims written as integers, names or sums of them.
 Out: frozen, hashable values: `Dim` (an affine form `c + a*X + b*Y ...`) and
      `TensorType(dtype, dims, placement)`.
 
-Guarantees: a leaf module (no `kina`, `lark` or `mlir` imports), so the runtime
-can evaluate the symbolic result shapes recorded in a sidecar. Dims are kept in
+Guarantees: a leaf module but for the dtype table (kina.dtypes, a leaf itself; no `lark` or
+`mlir` imports), so the runtime can evaluate the symbolic result shapes recorded in a sidecar. Dims are kept in
 a normal form, so two dims are equal exactly when `==` says so, and `str(dim)`
 round-trips through `Dim.parse`.
 """
@@ -16,20 +16,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# dtype name -> (MLIR element type, NumPy dtype name, is floating)
-DTYPES: dict[str, tuple[str, str, bool]] = {
-    "F16": ("f16", "float16", True),
-    "BF16": ("bf16", "bfloat16", True),  # ml_dtypes.bfloat16 (the runtime imports ml_dtypes, which registers it)
-    "F32": ("f32", "float32", True),
-    "F64": ("f64", "float64", True),
-    "I32": ("i32", "int32", False),
-    "I64": ("i64", "int64", False),
-}
+from .. import dtypes as _table
+
+# Read from the dtype table (kina.dtypes), which says everything else of each dtype.
+# dtype name -> (MLIR element type, NumPy dtype name, is floating); a block format's are its storage's
+DTYPES: dict[str, tuple[str, str, bool]] = {d.name: (d.mlir, d.numpy, d.floating) for d in _table.DTYPES.values()}
 PLACEMENTS = ("host", "device")
-DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I32": 4, "I64": 8}
+DTYPE_BYTES = {d.name: d.size for d in _table.DTYPES.values()}  # a block format's: per block
+BLOCKS = {d.name: (d.block, d.size) for d in _table.DTYPES.values() if d.blocked}  # elements and bytes a block
 # floating dtype -> (significand bits, exponent of its smallest subnormal, largest finite value)
-FLOAT_FORMATS = {"F16": (11, -24, 65504.0), "BF16": (8, -133, 3.3895313892515355e38),
-                 "F32": (24, -149, 3.4028234663852886e38), "F64": (53, -1074, 1.7976931348623157e308)}
+FLOAT_FORMATS = {d.name: d.float_format for d in _table.DTYPES.values() if d.float_format}
 
 
 def nearest(dtype: str, value: int | float) -> int | float:
@@ -144,6 +140,11 @@ class TensorType:
         return DTYPES[self.dtype][2]
 
     @property
+    def is_blocked(self) -> bool:
+        """A block-quantized format (Q4_1, ...): blocked along dim -2, stored as GGUF's [..., N, K] rows."""
+        return self.dtype in BLOCKS
+
+    @property
     def is_static(self) -> bool:
         return all(d.is_static for d in self.dims)
 
@@ -154,11 +155,22 @@ class TensorType:
         return f"tensor<{self.dtype}, {self.shape_str()}, @{self.placement}>"
 
     def nbytes(self, env: dict[str, int] | None = None) -> int:
-        """Bytes of a tensor of this type, with the dim names' values from `env`."""
-        n = DTYPE_BYTES[self.dtype]
+        """Bytes of a tensor of this type, with the dim names' values from `env` (a block
+        format's: its whole blocks)."""
+        n = 1
         for d in self.dims:
             n *= d.evaluate(env or {})
-        return n
+        block, size = BLOCKS.get(self.dtype, (1, DTYPE_BYTES[self.dtype]))
+        return n // block * size
+
+    def storage_dims(self) -> tuple["Dim", ...]:
+        """The dims of what holds it: its own, or a block format's bytes [..., N, K / block * size]
+        (GGUF's rows: each of the N columns a run of the K / block blocks along dim -2)."""
+        if not self.is_blocked:
+            return self.dims
+        block, size = BLOCKS[self.dtype]
+        *batch, K, N = self.dims
+        return (*batch, N, Dim(K.const // block * size))
 
     def to_json(self) -> dict:
         return {"dtype": self.dtype, "dims": [str(d) for d in self.dims], "placement": self.placement}
