@@ -38,7 +38,7 @@ from . import interrupts
 
 def version_text() -> str:
     from importlib import metadata
-    from .. import __version__
+    from ..version import __version__
     from ..frontend.diagnostics import ToolError
     from . import toolchain
     wheels = []

@@ -44,7 +44,8 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__, files, knobs
+from .. import files, knobs
+from ..version import __version__
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..frontend.diagnostics import InternalError, ToolError
