@@ -18,8 +18,8 @@ __all__ = ["KinaError", "InternalError", "ToolError", "compile_file", "compile_s
 
 def __getattr__(name):  # lazy, so the runtime never drags in lark or mlir
     if name in ("KinaError", "InternalError", "ToolError"):
-        from .frontend import diagnostics
-        return getattr(diagnostics, name)
+        from . import errors
+        return getattr(errors, name)
     if name in ("compile_file", "compile_source"):
         from .driver import pipeline
         return getattr(pipeline, name)

@@ -39,7 +39,7 @@ from . import interrupts
 def version_text() -> str:
     from importlib import metadata
     from ..version import __version__
-    from ..frontend.diagnostics import ToolError
+    from ..errors import ToolError
     from . import toolchain
     wheels = []
     for name in toolchain.PINNED:
@@ -228,7 +228,8 @@ def _opt_one(args, chosen: list, text: str, section: str | None) -> tuple[str, b
     from mlir import ir
     from . import pipeline
     import dataclasses
-    from ..frontend.diagnostics import KinaError, use_color
+    from ..errors import KinaError
+    from ..frontend.diagnostics import use_color
     from ..ir.irbuild import print_ir
     from ..ir.passes import PassError
 
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     """Run one command; every error becomes its message and exit status."""
     import warnings
-    from ..frontend.diagnostics import InternalError, KinaError, ToolError, use_color
+    from ..errors import InternalError, KinaError, ToolError
+    from ..frontend.diagnostics import use_color
     from ..knobs import KnobError
     from .pipeline import CacheWarning, SpecializationError
     with warnings.catch_warnings():  # restores showwarning after: an in-process call changes nothing

@@ -48,7 +48,7 @@ from .. import files, knobs
 from ..version import __version__
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
-from ..frontend.diagnostics import InternalError, ToolError
+from ..errors import InternalError, ToolError
 from ..runtime import cpu
 from ..ir.passes import PASSES, Pass, PassError, PipelineError, selected, source_loc
 from . import interrupts, toolchain, translate

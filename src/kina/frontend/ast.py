@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .diagnostics import Loc
+from ..errors import Loc
 from .types import Dim, Signature, TensorType
 
 

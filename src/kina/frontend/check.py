@@ -55,7 +55,7 @@ import operator
 from collections.abc import Callable, Mapping
 
 from . import ast, ops
-from .diagnostics import KinaError, Loc
+from ..errors import KinaError, Loc
 from .types import DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType, nearest
 
 _ELEMENTWISE_OPS = ops.listing([op.shown for op in ops.OPS if op.family == "elementwise"])
