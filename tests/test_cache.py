@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import kina
+from kina import knobs
 from kina.driver import pipeline
 from kina.driver.pipeline import CacheWarning
 
@@ -33,11 +34,10 @@ SOURCE = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
+def cache(tmp_path):
     folder = tmp_path / "cache"
-    monkeypatch.setenv("KINA_CACHE_DIR", str(folder))
-    monkeypatch.delenv("KINA_NO_CACHE", raising=False)
-    return folder
+    with knobs.scoped(KINA_CACHE_DIR=folder, KINA_NO_CACHE=None):
+        yield folder
 
 
 @pytest.fixture
@@ -131,10 +131,9 @@ def test_unwritable_cache_is_one_warning_not_a_failure(tmp_path, monkeypatch, pr
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     folder = blocker if where == "file" else blocker / "cache"
-    monkeypatch.setenv("KINA_CACHE_DIR", str(folder))
     monkeypatch.setattr(pipeline, "_warned", set())
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    with warnings.catch_warnings(record=True) as caught:
+    with knobs.scoped(KINA_CACHE_DIR=folder), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
             assert kina.compile_file(program).f(np.ones(2, np.float32))[0].tolist() == [2.0, 2.0]
