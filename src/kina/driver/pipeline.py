@@ -44,7 +44,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import files, knobs
+from .. import abi, files, knobs
 from ..version import __version__
 from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
@@ -244,11 +244,11 @@ def _stage_so(b: Build) -> None:
         obj.write_bytes(b.obj)
     so = b.workdir / f"{Path(b.filename).stem or 'module'}.so"
     symbols = _symbols(b.module)
-    # a threaded entry calls kina_claim, kina_done and kina_wait, from the small C runtime beside this file
-    runtime = [str(THREADS_C), "-fPIC", "-O2"] if "kina_claim" in symbols else []
+    # a threaded entry calls kina_claim, kina_done and kina_wait, from the small C runtime (kina/runtime/)
+    runtime = [str(abi.C_SOURCE), "-fPIC", "-O2"] if abi.CLAIM in symbols else []
     toolchain.run("cc", ["-shared", "-o", str(so), str(obj), *runtime, "-lm"])
     sidecar = {
-        "format": "kina-sidecar-1",
+        "format": abi.SIDECAR_FORMAT,
         "kina_version": __version__,
         "llvm_version": toolchain.llvm_version(),
         "source": b.filename,
@@ -257,14 +257,11 @@ def _stage_so(b: Build) -> None:
         "so_size": so.stat().st_size,
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
         "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn),
-                       "threaded": f"_mlir_ciface_kina_{fn.name}_threaded" in symbols}
+                       "threaded": abi.c_interface(fn.name, abi.THREADED) in symbols}
                       for fn in b.program.functions],
     }
     so.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     b.so_path = so
-
-
-THREADS_C = Path(__file__).with_name("kina_threads.c")
 
 
 def _symbols(module) -> set[str]:
@@ -416,7 +413,7 @@ def compiler_digest() -> str:
     """A hash of kinac's own code, so that editing the compiler never serves a stale build."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent  # the kina package
-    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark"), *root.rglob("*.c")]):
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark"), *root.rglob("*.c"), *root.rglob("*.h")]):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
@@ -447,7 +444,7 @@ def entry_ok(so: Path, filename: str) -> bool:
         data = so.read_bytes()
     except (OSError, ValueError):  # missing, unreadable, not JSON (or not UTF-8)
         return False
-    return (isinstance(sidecar, dict) and sidecar.get("format") == "kina-sidecar-1"
+    return (isinstance(sidecar, dict) and sidecar.get("format") == abi.SIDECAR_FORMAT
             and sidecar.get("kina_version") == __version__ and sidecar.get("source") == filename
             and isinstance(sidecar.get("functions"), list) and sidecar.get("so_size") == len(data)
             and sidecar.get("so_sha256") == hashlib.sha256(data).hexdigest())

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import knobs
+from .. import abi, knobs
 from ..frontend.types import DTYPES, Dim, Signature, TensorType
 from . import workers
 from .cpu import cpu_flags
@@ -840,7 +840,7 @@ class CallSequence:
         self._dims: dict = {}  # dim -> (the largest value every call takes, each call's size words): set_dim
         n = len(calls)
         self._native = (all(c._fn._packed is not None for c in calls)
-                        and hasattr(module._lib, "kina_run_sequence"))
+                        and module._run_sequence is not None)
         if self._native:  # the arrays kina_run_sequence reads, fixed for the calls' life
             team = [c._fn._team_entry.value if c._fn._team_entry is not None and c._fn._counter_bytes is not None
                     else None for c in calls]
@@ -878,8 +878,8 @@ class CallSequence:
                 c._check()
         if self._native:
             if threads == 1:
-                module._lib.kina_run_sequence(None, len(self.calls), self._packed, self._team, self._args, self._ws,
-                                              self._zero, 1)
+                module._run_sequence(None, len(self.calls), self._packed, self._team, self._args, self._ws,
+                                     self._zero, 1)
                 return
             self._workspace.reserve(self._most)  # a no-op after the first run
             if module.team(threads - 1).run_sequence(len(self.calls), self._packed, self._team, self._args,
@@ -900,33 +900,30 @@ class Module:
             self._lib = ctypes.CDLL(str(path))
         except OSError as e:
             raise LoadError(f"{path}: cannot be loaded: {e}") from None
-        if hasattr(self._lib, "kina_run_sequence"):  # kina_threads.c's (CallSequence); an older .so has none
-            self._lib.kina_run_sequence.restype = None
-            self._lib.kina_run_sequence.argtypes = [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 5,
-                                                    ctypes.c_int64]
+        self._run_sequence = workers.host_call(self._lib, abi.RUN_SEQUENCE)  # (CallSequence) or None
         self.functions: dict[str, Function] = {}
         for obj in sidecar["functions"]:
             sig = Signature.from_json(obj)
             try:
-                cfunc = getattr(self._lib, f"_mlir_ciface_kina_{sig.name}")
+                cfunc = getattr(self._lib, abi.c_interface(sig.name))
             except AttributeError:
                 raise LoadError(f"{path}: sidecar lists function '{sig.name}' but the .so has no "
-                                f"_mlir_ciface_kina_{sig.name}") from None
+                                f"{abi.c_interface(sig.name)}") from None
             threaded = None
             if obj.get("threaded"):
                 try:
-                    threaded = (getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_threaded"),
-                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_workspace"),
+                    threaded = (getattr(self._lib, abi.c_interface(sig.name, abi.THREADED)),
+                                getattr(self._lib, abi.c_interface(sig.name, abi.WORKSPACE)),
                                 # an older .so has no counters function: all its workspace is zeroed
-                                getattr(self._lib, f"_mlir_ciface_kina_{sig.name}_counters", None),
+                                getattr(self._lib, abi.c_interface(sig.name, abi.COUNTERS), None),
                                 # without a team entry (an older .so), each call starts its threads
-                                getattr(self._lib, f"kina_{sig.name}_team", None))
+                                getattr(self._lib, abi.exported(sig.name, abi.TEAM), None))
                 except AttributeError:
                     raise LoadError(f"{path}: sidecar says function '{sig.name}' is threaded but the .so has no "
                                     f"threaded entry for it") from None
             self.functions[sig.name] = Function(self, sig, cfunc, obj.get("independent_axes", 0), threaded,
                                                 # an older .so, or one built without team-entries, has none
-                                                getattr(self._lib, f"kina_{sig.name}_packed", None))
+                                                getattr(self._lib, abi.exported(sig.name, abi.PACKED), None))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ", ".join(self.functions)
@@ -979,7 +976,7 @@ def load(path: str | Path) -> Module:
         raise LoadError(f"{path}: its sidecar {sidecar_path.name} is missing; rebuild with kinac")
     try:
         sidecar = json.loads(sidecar_path.read_text())
-        if sidecar.get("format") != "kina-sidecar-1":
+        if sidecar.get("format") != abi.SIDECAR_FORMAT:
             raise ValueError(f"unknown format {sidecar.get('format')!r}")
         for obj in sidecar["functions"]:
             Signature.from_json(obj)
