@@ -32,7 +32,8 @@ import numpy as np
 import kina
 from benchlib.machine import MIB, ROOT
 from benchlib.timing import InputSets, Variant, n_sets_for, run_rounds
-from kina.runtime import loader
+from kina import runtime
+from kina.runtime import calls
 
 WORKING_SET = 256 * MIB
 BATCHED_MATMUL = """
@@ -50,26 +51,26 @@ let f = fn(x: tensor<F32, [B, N], @host>) -> (tensor<F32, [B, N], @host>) {
 
 def host_split(on: bool):
     """before/after hooks: the host's split for every call (on), or for none."""
-    return lambda: setattr(loader, "PARALLEL_MIN_BYTES", 0 if on else 1 << 62)
+    return lambda: setattr(calls, "PARALLEL_MIN_BYTES", 0 if on else 1 << 62)
 
 
 def restore():
-    loader.PARALLEL_MIN_BYTES = DEFAULT_MIN
+    calls.PARALLEL_MIN_BYTES = DEFAULT_MIN
 
 
-DEFAULT_MIN = loader.PARALLEL_MIN_BYTES
+DEFAULT_MIN = calls.PARALLEL_MIN_BYTES
 
 
 def one_off(name: str, fn, make_args, threads: int, rng) -> tuple[list[Variant], callable]:
     """1T, host nT and entry nT of fn on input sets make_args(rng) bound once, results preallocated."""
     first = make_args(rng)
-    arrays, env = loader.bind(fn.signature, first, fn._plan)
+    arrays, env = runtime.bind(fn.signature, first, fn._plan)
     nbytes = sum(a.nbytes for a in arrays) + sum(np.prod(s) * 4 for s in fn._plan.result_shapes(env))
     sets = []
     for i in range(n_sets_for(int(nbytes), WORKING_SET)):
         args = first if i == 0 else make_args(rng)
-        bound, env = loader.bind(fn.signature, args, fn._plan)
-        outs = [loader.empty(s, d) for s, d in zip(fn._plan.result_shapes(env), fn._result_dtypes)]
+        bound, env = runtime.bind(fn.signature, args, fn._plan)
+        outs = [runtime.empty(s, d) for s, d in zip(fn._plan.result_shapes(env), fn._result_dtypes)]
         sets.append({"bound": bound, "outs": outs})
     inputs = InputSets(sets, int(nbytes))
 
@@ -126,7 +127,7 @@ def in_place(name: str, B, H, Dh, n, threads: int, rng):
         caches.append({"one": one, "entry": entry, "parts": [call for call, _ in parts], "out": out})
     inputs = InputSets(caches, per)
     variants = [Variant(f"{name} 1T", inputs, lambda d: d["one"]()),
-                Variant(f"{name} host {threads}T", inputs, lambda d: loader.call_concurrently(d["parts"])),
+                Variant(f"{name} host {threads}T", inputs, lambda d: runtime.call_concurrently(d["parts"])),
                 Variant(f"{name} entry {threads}T", inputs, lambda d: d["entry"]())]
 
     def check():

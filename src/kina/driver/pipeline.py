@@ -422,7 +422,7 @@ def target_cores(cpu_name: str) -> int | None:
     """The threads a build for `cpu_name` cuts its ops for (passes.for_target): for this
     machine ("native"), the threads a call takes by default (KINA_NUM_THREADS, else the
     cores this process may run on); None for a portable build (the pass table's parts)."""
-    from ..runtime.loader import default_threads
+    from ..runtime.calls import default_threads
     return default_threads() if cpu_name == "native" else None
 
 
