@@ -12,11 +12,13 @@ sizes[r], strides[r]} (all int64; one call's descriptors are packed back to back
 buffer, `descriptor_words`). Results are out-params: allocated here, on a 64-byte
 boundary, and filled by the callee.
 
-Guarantees: before every call the arguments are checked (`kina.runtime.binding`). A large
-call of a function with independent leading axes runs on `threads` threads
-(KINA_NUM_THREADS, default the machine's cores), bit-identical to one; for such a call the
-calling thread is bound off the worker threads' cores and then given its own binding back
-(`kina.runtime.workers`). A threaded entry's call runs on the module's team of threads.
+Guarantees: before every call the arguments are checked (`kina.runtime.binding`). A call
+of a function with a threaded entry (the threads pass) that moves at least
+`THREADED_MIN_BYTES` runs on `threads` threads (KINA_NUM_THREADS, default the machine's
+cores), bit-identical to one: the module's team enters the threaded entry once each and
+shares its parts (`kina.runtime.workers`); the calling thread is bound off the team's
+cores for the call, then given its own binding back. A smaller call, or one of a function
+without a threaded entry, runs on the calling thread.
 """
 from __future__ import annotations
 
@@ -60,13 +62,6 @@ def default_threads() -> int:
     return len(cpus) if cpus else os.cpu_count() or 1
 
 
-# A call moving less than this runs on one thread: a split pays a fixed hand-over
-# (mostly waking the other core), which a call moving fewer bytes does not earn back.
-# The measurements behind the value: docs/performance.md, "Splitting a call across
-# threads". How the parts run: kina.runtime.workers.
-PARALLEL_MIN_BYTES = 16 << 20
-
-
 def check_threads(name: str, threads) -> int:
     if threads is None:
         return default_threads()
@@ -78,9 +73,10 @@ def check_threads(name: str, threads) -> int:
 class Function:
     """One compiled Kina function; call it with arrays (see `bind`), get NumPy arrays back.
 
-    Large calls run on several threads when the function has independent leading
-    axes (`kina.frontend.axes`: batch and heads, for attention): the kernel is called on
-    parts along one of them, with bit-identical results for any thread count."""
+    Calls of at least THREADED_MIN_BYTES run on several threads when the function has a
+    threaded entry, with bit-identical results for any thread count. `independent_axes`
+    is the sidecar's count of its leading axes that are independent (`kina.frontend.axes`:
+    batch and heads, for attention)."""
 
     def __init__(self, module: "Module", sig: Signature, cfunc, independent_axes: int = 0, threaded=None,
                  packed=None):
@@ -166,24 +162,17 @@ class Function:
         (which builds its own arguments), and benchmarks that `bind` once and then time
         the kernel alone. Everyone else calls the function or uses `call_into`.
 
-        With `threads` > 1 a call large enough (PARALLEL_MIN_BYTES) is split along an
-        independent leading axis into up to `threads` parts, run concurrently (ctypes
-        releases the GIL); the results are the same bits."""
+        With `threads` > 1 a call of THREADED_MIN_BYTES or more runs the threaded entry on
+        that many threads (ctypes releases the GIL); the results are the same bits."""
         if self._module.closed:
             raise ValueError(f"{self.__name__}(): the module {self._module.path.name} is closed")
-        parts = self._parts(arrays, outs, threads) if threads > 1 and self.independent_axes else None
-        if parts is None:
-            if threads > 1 and self.threaded and \
-                    sum(a.nbytes for a in (*arrays, *outs)) >= THREADED_MIN_BYTES:
-                words = descriptor_words((*arrays, *outs))
-                workspace = getattr(self._workspaces, "one", None)
-                if workspace is None:
-                    workspace = self._workspaces.one = Workspace()
-                return self._run_threaded(self._pointers(words), threads, workspace)
-            return self._run(arrays, outs)
-        # every part's descriptors are built here, so the workers run the kernel and nothing else
-        words = [descriptor_words((*a, *o)) for a, o, _ in parts]
-        workers.run_concurrently(self._cfunc, [self._pointers(w) for w in words])
+        words = descriptor_words((*arrays, *outs))
+        if threads > 1 and self.threaded and sum(a.nbytes for a in (*arrays, *outs)) >= THREADED_MIN_BYTES:
+            workspace = getattr(self._workspaces, "one", None)
+            if workspace is None:
+                workspace = self._workspaces.one = Workspace()
+            return self._run_threaded(self._pointers(words), threads, workspace)
+        self._cfunc(*self._pointers(words))
 
     def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray], dims=(), threads: int = 1) -> "PreparedCall":
         """A call on fixed buffers whose descriptors are built once, whose `dims` (names
@@ -199,7 +188,8 @@ class Function:
         """The threaded entry on `threads` threads (this one and workers), each with its id,
         sharing `workspace`, grown first to `need` bytes (default: what this call's sizes
         need, asked of the entry); `args`, if given, is `pointers` as the ctypes array the
-        team entry takes (a prepared call's)."""
+        team entry takes (a prepared call's). When the team is busy with another call (or
+        the .so has no team entry), worker threads run the entry instead."""
         if need is None:
             need = self._workspace_bytes(*pointers)
         descriptor = workspace.fit(need, self._counter_bytes)
@@ -215,36 +205,6 @@ class Function:
         base = words.buffer_info()[0]
         return [base + offset for offset in self._offsets]
 
-    def _run(self, arrays, outs) -> None:
-        words = descriptor_words((*arrays, *outs))
-        self._cfunc(*self._pointers(words))
-
-    def _parts(self, arrays, outs, threads: int):
-        """`split`, or None when the call moves less than PARALLEL_MIN_BYTES."""
-        if sum(a.nbytes for a in (*arrays, *outs)) < PARALLEL_MIN_BYTES:
-            return None
-        return self.split(arrays, outs, threads)
-
-    def split(self, arrays, outs, threads: int):
-        """(arrays, outs, where) per part along the first independent axis of length 2 or
-        more, in up to `threads` parts: views, and the part's index into an array of the
-        call's full rank; None if there is no such axis."""
-        every = [*arrays, *outs]
-        rank = max(a.ndim for a in every)
-        for axis in range(self.independent_axes):
-            n = max(a.shape[axis - (rank - a.ndim)] if axis - (rank - a.ndim) >= 0 else 1 for a in every)
-            if n < 2:
-                continue
-            bounds = [n * i // min(threads, n) for i in range(min(threads, n) + 1)]
-
-            def part(a, lo, hi):
-                ax = axis - (rank - a.ndim)
-                if ax < 0 or a.shape[ax] != n:
-                    return a  # shared along this axis (size 1, or absent)
-                return a[(slice(None),) * ax + (slice(lo, hi),)]
-            return [([part(a, lo, hi) for a in arrays], [part(o, lo, hi) for o in outs],
-                     (slice(None),) * axis + (slice(lo, hi),)) for lo, hi in zip(bounds, bounds[1:])]
-        return None
 
 
 # A call of a threaded function moving less than this runs on one thread (the hand-over
@@ -252,7 +212,10 @@ class Function:
 # always runs on them. With the team's workers spinning between calls, two threads were
 # level with one at 217-257 KiB and 1.1-1.35x faster from 327 KiB up (one-row matmuls and
 # adds over copies beyond the cache, on the 2-core Intel VM; docs/performance.md, "Calls of
-# a third of a MiB on every core"). It was 1 MiB when a hand-over woke the workers.
+# a third of a MiB on every core"). It was 1 MiB when a hand-over woke the workers. (The
+# runtime's own split of a call along independent leading axes, from 16 MiB, was retired:
+# the threaded entry ran those calls as fast, and smaller ones 1.2-5x faster;
+# scripts/ab_host_split.py at commit 4a41a8b.)
 THREADED_MIN_BYTES = 384 << 10
 
 

@@ -18,25 +18,10 @@ import numbers
 
 import numpy as np
 
-from . import workers
 from .binding import MEMORY_BYTES
 from .calls import Function, Workspace, check_threads, descriptor_words
 from .arrays import numpy_dtype, passable
 from .pool import data_pointer
-
-
-def call_concurrently(calls: list["PreparedCall"]) -> None:
-    """Run prepared calls of one function at once (each on its own thread, the first on
-    this one), as a split call does; each call is checked as calling it alone checks it."""
-    fn = calls[0]._fn
-    if any(c._fn is not fn for c in calls):
-        raise ValueError("call_concurrently(): every call must be of the same function")
-    if fn._module.closed:
-        raise ValueError(f"{fn.__name__}(): the module {fn._module.path.name} is closed")
-    for c in calls:
-        if c._stale:
-            c._check()
-    workers.run_concurrently(fn._cfunc, [c._pointers for c in calls])
 
 
 def _check_dim_value(where: str, dim: str, n, largest: int, bound: str) -> None:

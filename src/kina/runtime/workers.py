@@ -1,8 +1,13 @@
-"""Worker threads for split calls: run the parts of one kernel call at once.
+"""The threads that run a threaded entry: the module's `Team`, or worker threads.
 
-In:  a ctypes function and one list of pointer arguments per part.
-Out: every part has run; the first on the calling thread, the others on worker
+In:  a ctypes function and one list of pointer arguments per thread (`run_concurrently`);
+     or a loaded .so whose C runtime keeps a team of threads (`Team`).
+Out: every call has run; the first on the calling thread, the others on worker
      threads (ctypes releases the GIL for each call).
+
+A threaded call runs on its module's `Team`, whose threads wait in the C runtime between
+calls; `run_concurrently` runs it on worker threads of this module's own pool when the team
+is busy with another call (concurrent callers) or the .so has none (an older build).
 
 Why threads of our own: a worker waits on a condition of its own, and the caller
 builds every part's arguments, so a worker wakes and runs the kernel and nothing
