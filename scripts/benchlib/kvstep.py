@@ -297,17 +297,17 @@ def run_size(z: Size, args, mod, torch, sessions: dict, bw: dict, notes: list[st
 
 
 def measure_compile(repeats: int) -> dict:
-    """Compile time, in-process through kina.driver.pipeline.build_so on STATIC_EXAMPLE: cold
+    """Compile time, in-process through kina.driver.cache.build_so on STATIC_EXAMPLE: cold
     (KINA_NO_CACHE=1; the median of `repeats`, after one untimed build that pays the one-time
     imports, reported as "first") and warm (a cache hit in a fresh KINA_CACHE_DIR)."""
     from kina import knobs
-    from kina.driver import pipeline
+    from kina.driver import cache as compile_cache
     src, name = STATIC_EXAMPLE.read_bytes(), str(STATIC_EXAMPLE.relative_to(ROOT))
     cache = tempfile.mkdtemp(prefix="kina-bench-cache-")
 
     def timed_build() -> float:
         t = time.perf_counter()
-        so = pipeline.build_so(src, name)
+        so = compile_cache.build_so(src, name)
         dt = time.perf_counter() - t
         if knobs.get("KINA_NO_CACHE"):
             shutil.rmtree(so.parent, ignore_errors=True)

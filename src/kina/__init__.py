@@ -21,8 +21,8 @@ def __getattr__(name):  # lazy, so the runtime never drags in lark or mlir
         from . import errors
         return getattr(errors, name)
     if name in ("compile_file", "compile_source"):
-        from .driver import pipeline
-        return getattr(pipeline, name)
+        from .driver import api
+        return getattr(api, name)
     if name == "load":
         from .runtime import load
         return load
