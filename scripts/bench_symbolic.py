@@ -20,7 +20,6 @@ the results differ.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -47,8 +46,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=21, help="interleaved rounds per size (the median is taken)")
     p.add_argument("--batch-ms", type=float, default=20.0, help="target length of one timed batch")
     args = p.parse_args(argv)
-    os.environ["KINA_NO_CACHE"] = "1"  # measure what the current compiler builds
     import kina
+    from kina import knobs
+    knobs.set("KINA_NO_CACHE", "1")  # measure what the current compiler builds
     from kina.runtime import bind, result_shapes
 
     dyn = kina.compile_file(DYN).kv_step

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import kina
+from kina import knobs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -87,10 +88,13 @@ def _cache_dir(request, tmp_path_factory):
     code, the LLVM version, the CPU and the options. KINA_CACHE_DIR, if set, wins; with
     `-p no:cacheprovider` the session gets a fresh folder, so every build is cold. Tests
     that need a real build set KINA_NO_CACHE or a KINA_CACHE_DIR of their own."""
-    if "KINA_CACHE_DIR" not in os.environ:
-        cache = getattr(request.config, "cache", None)
-        folder = cache.mkdir("kina-compile-cache") if cache is not None else tmp_path_factory.mktemp("kina-cache")
-        os.environ["KINA_CACHE_DIR"] = str(folder)
+    if "KINA_CACHE_DIR" in os.environ:
+        yield
+        return
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("kina-compile-cache") if cache is not None else tmp_path_factory.mktemp("kina-cache")
+    with knobs.scoped(KINA_CACHE_DIR=folder):
+        yield
 
 
 def assert_same(got: np.ndarray, want: np.ndarray, rtol: float = 0.0, atol: float = 0.0, what: str = "result"):

@@ -13,7 +13,8 @@ import pytest
 
 import kina
 from conftest import EXAMPLES, assert_same, kv_inputs
-from kina.runtime import loader as runtime
+from kina import runtime
+from kina.runtime import calls, prepared
 
 STEP = EXAMPLES / "storylm0_kv_step.kina"
 SMALL = """
@@ -42,13 +43,14 @@ def small():
 @pytest.fixture
 def pointers(monkeypatch):
     """The data pointer of every buffer handed to the compiled code, one list per call."""
-    seen, real = [], runtime._descriptor_words
+    seen, real = [], calls.descriptor_words
 
     def spy(arrays):
         arrays = list(arrays)
         seen.append([a.ctypes.data for a in arrays])
         return real(arrays)
-    monkeypatch.setattr(runtime, "_descriptor_words", spy)
+    for module in (calls, prepared):  # a call's descriptors, and a prepared call's
+        monkeypatch.setattr(module, "descriptor_words", spy)
     return seen
 
 

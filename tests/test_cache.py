@@ -24,8 +24,9 @@ import numpy as np
 import pytest
 
 import kina
-from kina.driver import pipeline
-from kina.driver.pipeline import CacheWarning
+from kina import knobs
+from kina.driver import cache as compile_cache, pipeline
+from kina.driver.cache import CacheWarning
 
 from test_cli import kinac
 
@@ -33,11 +34,10 @@ SOURCE = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
+def cache(tmp_path):
     folder = tmp_path / "cache"
-    monkeypatch.setenv("KINA_CACHE_DIR", str(folder))
-    monkeypatch.delenv("KINA_NO_CACHE", raising=False)
-    return folder
+    with knobs.scoped(KINA_CACHE_DIR=folder, KINA_NO_CACHE=None):
+        yield folder
 
 
 @pytest.fixture
@@ -83,9 +83,9 @@ DAMAGE = [truncate, garble_sidecar, resize_sidecar]
 def damaged_entry(cache: Path, program: Path, damage) -> Path:
     kina.compile_file(program).close()
     so = the_entry(cache)
-    assert whole(so) and pipeline.entry_ok(so, str(program))
+    assert whole(so) and compile_cache.entry_ok(so, str(program))
     damage(so)
-    assert not pipeline.entry_ok(so, str(program))
+    assert not compile_cache.entry_ok(so, str(program))
     return so
 
 
@@ -139,8 +139,8 @@ def test_a_replaced_entry_in_the_way_is_kept_when_whole(cache, program):
     so = the_entry(cache)
     before = so.stat().st_ino
     b = pipeline.run_stages(SOURCE, str(program))
-    pipeline._store(b.so_path, so.parent, str(program))
-    pipeline.discard(b.so_path)
+    compile_cache._store(b.so_path, so.parent, str(program))
+    compile_cache.discard(b.so_path)
     assert so.stat().st_ino == before and whole(so)
 
 
@@ -149,10 +149,9 @@ def test_unwritable_cache_is_one_warning_not_a_failure(tmp_path, monkeypatch, pr
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     folder = blocker if where == "file" else blocker / "cache"
-    monkeypatch.setenv("KINA_CACHE_DIR", str(folder))
-    monkeypatch.setattr(pipeline, "_warned", set())
+    monkeypatch.setattr(compile_cache, "_warned", set())
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    with warnings.catch_warnings(record=True) as caught:
+    with knobs.scoped(KINA_CACHE_DIR=folder), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
             assert kina.compile_file(program).f(np.ones(2, np.float32))[0].tolist() == [2.0, 2.0]
@@ -164,8 +163,8 @@ def test_unwritable_cache_is_one_warning_not_a_failure(tmp_path, monkeypatch, pr
 def test_a_store_that_fails_is_one_warning(cache, program, monkeypatch, tmp_path):
     def read_only(*args):
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(pipeline, "_store", read_only)
-    monkeypatch.setattr(pipeline, "_warned", set())
+    monkeypatch.setattr(compile_cache, "_store", read_only)
+    monkeypatch.setattr(compile_cache, "_warned", set())
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.warns(CacheWarning, match=r"cannot be written \(Permission denied\); compiling without it"):
         kina.compile_file(program)

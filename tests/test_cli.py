@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import kina
+from kina import knobs
 from kina.driver import cli
 from kina.driver import pipeline
 from kina.driver import toolchain
@@ -179,13 +180,13 @@ def test_a_build_for_this_machine_cuts_ops_into_one_part_per_core(capsys, tmp_pa
     widths = {}
     for threads, cpu, width in [("2", "native", 768), ("1", "native", 768), ("8", "native", 192),
                                 ("8", "x86-64-v4", 384)]:
-        monkeypatch.setenv("KINA_NUM_THREADS", threads)
-        rc, out, _ = main(capsys, src, "--emit", "threads", "--cpu", cpu)
-        widths[threads, cpu] = re.findall(r"memref.subview %w\[0, %\w+\] \[576, (\d+)\]", out)
-        assert rc == 0 and widths[threads, cpu] == [str(width)], (threads, cpu, widths)
-        rc, out, _ = main(capsys, "--list-passes", "--cpu", cpu)
-        shown = re.search(r"^[ ]+parts=4: .*?(\[this target: (\d+)\])?$", out, re.M)
-        assert rc == 0 and shown and shown.group(2) == (None if cpu != "native" else str(max(2, int(threads))))
+        with knobs.scoped(KINA_NUM_THREADS=threads):
+            rc, out, _ = main(capsys, src, "--emit", "threads", "--cpu", cpu)
+            widths[threads, cpu] = re.findall(r"memref.subview %w\[0, %\w+\] \[576, (\d+)\]", out)
+            assert rc == 0 and widths[threads, cpu] == [str(width)], (threads, cpu, widths)
+            rc, out, _ = main(capsys, "--list-passes", "--cpu", cpu)
+            shown = re.search(r"^[ ]+parts=4: .*?(\[this target: (\d+)\])?$", out, re.M)
+            assert rc == 0 and shown and shown.group(2) == (None if cpu != "native" else str(max(2, int(threads))))
 
 
 MATMUL = "let f = fn(x: tensor<F32, [4, 64], @host>, w: tensor<F32, [64, 48], @host>) -> (tensor<F32, [4, 48], @host>) {\n  (x @ w)\n}\n"
@@ -418,10 +419,10 @@ def test_no_temporary_folder_is_left_behind(capsys, example, tmp_path, monkeypat
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
     bad = tmp_path / "bad.kina"
     bad.write_text("let f = fn(")
-    monkeypatch.setenv("KINA_NO_CACHE", "1")
-    for args in ([example, "--emit", "llvm"], [example, "--emit", "obj", "-o", tmp_path / "kv.o"],
-                 [example, "-o", tmp_path / "x.so"], [bad]):
-        main(capsys, *args)
+    with knobs.scoped(KINA_NO_CACHE=1):
+        for args in ([example, "--emit", "llvm"], [example, "--emit", "obj", "-o", tmp_path / "kv.o"],
+                     [example, "-o", tmp_path / "x.so"], [bad]):
+            main(capsys, *args)
     assert list((tmp_path / "tmp").iterdir()) == []
 
 

@@ -33,7 +33,7 @@ def test_f64():
 
 
 def test_so_needs_only_libc_and_libm(tmp_path):
-    from kina.driver.pipeline import build_so
+    from kina.driver.cache import build_so
     so = build_so((EXAMPLES / "storylm0_kv_step.kina").read_text(), "kv.kina")
     needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     libs = sorted(line.split("[")[1].split("]")[0] for line in needed.splitlines() if "(NEEDED)" in line)

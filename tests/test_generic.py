@@ -336,9 +336,9 @@ def test_compile_file_fixes_dims_into_a_static_specialisation(generic_file):
 
 
 def test_the_compile_cache_keys_on_dtypes_and_dims(generic_file):
-    from kina.driver import pipeline
+    from kina.driver import api, cache, pipeline
     source = generic_file.read_bytes()
-    keys = {pipeline.cache_key(source, str(generic_file), pipeline.specialized(pipeline.Options(), dt, dm))
+    keys = {cache.cache_key(source, str(generic_file), api.specialized(pipeline.Options(), dt, dm))
             for dt, dm in [({"T": "F32"}, None), ({"T": "F16"}, None), ({"T": "F32"}, {"S": 4}),
                            ({"T": "F32"}, {"S": 5})]}
     assert len(keys) == 4

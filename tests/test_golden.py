@@ -17,6 +17,7 @@ import subprocess
 
 import pytest
 
+from kina import knobs
 from kina.driver import cli
 from kina.ir import passes
 from kina.driver import pipeline
@@ -216,6 +217,6 @@ def test_translation_of_a_module_not_in_the_llvm_dialect_goes_to_the_binary(tmp_
 def test_kina_translate_binary_uses_the_binary(tmp_path, monkeypatch):
     b = pipeline.run_stages((ROOT / "examples" / "storylm0_kv_step.kina").read_text(), "kv.kina", "to-llvm")
     ours = translate.to_llvm_ir(b.module, tmp_path / "unused.mlir")
-    monkeypatch.setenv("KINA_TRANSLATE", "binary")
-    assert translate.to_llvm_ir(b.module, tmp_path / "m.mlir") == ours
+    with knobs.scoped(KINA_TRANSLATE="binary"):
+        assert translate.to_llvm_ir(b.module, tmp_path / "m.mlir") == ours
     assert (tmp_path / "m.mlir").exists() and not (tmp_path / "unused.mlir").exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
+from kina import knobs
 from kina.driver import cli
 from kina.ir import lower
 from kina.driver import toolchain
@@ -32,11 +33,11 @@ SOURCE = """let f = fn(a: tensor<F32, [2, 3], @host>) -> (tensor<F32, [2, 3], @h
 
 @pytest.fixture
 def src(tmp_path, monkeypatch):
-    monkeypatch.setenv("KINA_NO_CACHE", "1")  # a cached .so would skip the broken stage
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # reproducers land here
     path = tmp_path / "ok.kina"
     path.write_text(SOURCE)
-    return path
+    with knobs.scoped(KINA_NO_CACHE=1):  # a cached .so would skip the broken stage
+        yield path
 
 
 def _bad_lower(program, context=None):

@@ -8,6 +8,7 @@ is not used (KINA_OPT_LEVEL under -O) is no error.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -104,11 +105,28 @@ def test_a_bad_value_is_one_line_naming_the_variable(monkeypatch, name, text, me
     assert str(e.value) == message and isinstance(e.value, ValueError)
 
 
-def test_knobs_are_read_at_use_time(monkeypatch):
-    monkeypatch.setenv("KINA_OPT_LEVEL", "1")
-    assert Options().opt_level == 1
-    monkeypatch.setenv("KINA_OPT_LEVEL", "2")
-    assert Options().opt_level == 2
+def test_knobs_are_read_at_use_time():
+    with knobs.scoped(KINA_OPT_LEVEL=1):
+        assert Options().opt_level == 1
+    with knobs.scoped(KINA_OPT_LEVEL=2):
+        assert Options().opt_level == 2
+
+
+def test_scoped_sets_checked_knobs_for_a_block_and_restores_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("KINA_NO_CACHE", "0")
+    monkeypatch.delenv("KINA_OPT_LEVEL", raising=False)
+    before = dict(os.environ)
+    with knobs.scoped(KINA_NO_CACHE=None, KINA_OPT_LEVEL=1, KINA_CACHE_DIR=tmp_path):
+        assert "KINA_NO_CACHE" not in os.environ and Options().opt_level == 1
+        assert os.environ["KINA_CACHE_DIR"] == str(tmp_path)
+    assert dict(os.environ) == before
+    with pytest.raises(RuntimeError), knobs.scoped(KINA_NO_CACHE="1"):
+        raise RuntimeError  # restored on an error too
+    assert dict(os.environ) == before
+    with pytest.raises(knobs.KnobError, match=r"^KINA_OPT_LEVEL: expected 0, 1, 2 or 3, got '7'$"):
+        with knobs.scoped(KINA_NO_CACHE="1", KINA_OPT_LEVEL=7):
+            pass  # never reached: every value is checked before any is set
+    assert dict(os.environ) == before
 
 
 def test_api_errors_and_an_explicit_level_overrides(monkeypatch):

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given
 
 import kina
+from kina import knobs
 from conftest import DYN_TEXT, EXAMPLES, ROOT, assert_same, kv_inputs
 from kina.frontend import check
 from kina.frontend import syntax
@@ -77,16 +78,16 @@ def test_the_step_agrees_across_levels():
 
 def test_functional_and_in_place_agree_at_each_level(level, monkeypatch):
     from kina.models import KVCache
-    monkeypatch.setenv("KINA_OPT_LEVEL", str(level))
     B, H, Dh = 1, 2, 8
-    cache = KVCache(B, H, Dh, max_seq_len=16)
-    step = kina.compile_source(DYN_TEXT, "dyn.kina", Options(opt_level=level)).kv_step
-    k_past, v_past = np.zeros((B, H, Dh, 0), np.float32), np.zeros((B, H, 0, Dh), np.float32)
-    for t in range(5):
-        q, _, k_new, _, v_new, scale = kv_inputs(B, H, Dh, 0, seed=t)
-        k_past, v_past, want = step(q, k_past, k_new, v_past, v_new, scale)
-        got = cache.step(q, k_new, v_new, float(scale.ravel()[0]))
-        assert_same(got, want, what=f"context at step {t}, -O{level}")
+    with knobs.scoped(KINA_OPT_LEVEL=level):  # the level of the cache's kernels
+        cache = KVCache(B, H, Dh, max_seq_len=16)
+        step = kina.compile_source(DYN_TEXT, "dyn.kina", Options(opt_level=level)).kv_step
+        k_past, v_past = np.zeros((B, H, Dh, 0), np.float32), np.zeros((B, H, 0, Dh), np.float32)
+        for t in range(5):
+            q, _, k_new, _, v_new, scale = kv_inputs(B, H, Dh, 0, seed=t)
+            k_past, v_past, want = step(q, k_past, k_new, v_past, v_new, scale)
+            got = cache.step(q, k_new, v_new, float(scale.ravel()[0]))
+            assert_same(got, want, what=f"context at step {t}, -O{level}")
 
 
 def test_O0_runs_none_of_the_optimisation_passes(tmp_path):
@@ -115,8 +116,8 @@ def test_validate_kv_cache_passes(tmp_path, flag):
 
 def test_KINA_OPT_LEVEL_set_at_run_time_counts(monkeypatch, tmp_path):
     from kina.driver.pipeline import run_stages
-    monkeypatch.setenv("KINA_OPT_LEVEL", "0")
-    run_stages(DYN_TEXT, "dyn.kina", "to-llvm", dump_dir=tmp_path)
+    with knobs.scoped(KINA_OPT_LEVEL=0):
+        run_stages(DYN_TEXT, "dyn.kina", "to-llvm", dump_dir=tmp_path)
     assert not list(tmp_path.glob("*-matmul-loops.mlir")), "the default options must read KINA_OPT_LEVEL per call"
     monkeypatch.setenv("KINA_OPT_LEVEL", "7")
     with pytest.raises(ValueError, match="KINA_OPT_LEVEL: expected 0, 1, 2 or 3, got '7'"):

@@ -1,11 +1,12 @@
-"""Recycled results (kina.runtime.pool) and calls split over threads (kina.frontend.axes, kina.runtime).
+"""Recycled results (kina.runtime.pool), calls on several threads (kina.runtime), and which
+leading axes of a function are independent (kina.frontend.axes).
 
 Results of large calls reuse the memory of dead results, so a host loop feeding each
 step's results back allocates a few blocks and then none; memory kept stays under
-the limit. A call of a function with independent leading axes (batch, heads) split
-over any number of threads gives the same bits as one thread, for the public call,
-call_into and the in-place KVCache step, with NaN in unused cache slots, strided
-views, S = 0 and 1, and concurrent calls from several Python threads.
+the limit. A call on any number of threads (its threaded entry) gives the same bits as
+one thread, for the public call, call_into and the in-place KVCache step, with NaN in
+unused cache slots, strided views, S = 0 and 1, and concurrent calls from several Python
+threads (the team busy with one, the others on worker threads).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import kina
 from conftest import DYN_TEXT, assert_same, kv_inputs
 from kina.frontend import check
 from kina.runtime import pool
-from kina.runtime import loader as runtime
+from kina import runtime
+from kina.runtime import calls
 from kina.frontend import syntax
 from kina.runtime import workers
 from kina.frontend.axes import independent_axes
@@ -152,7 +154,7 @@ def test_the_step_has_two_independent_axes_and_unaligned_dims_stop_the_count(ste
 
 @pytest.mark.parametrize("B, H, Dh, S", [(1, 32, 64, 300), (2, 8, 128, 257), (1, 16, 64, 0), (3, 5, 32, 1)])
 def test_any_thread_count_gives_the_same_bits(step, B, H, Dh, S, monkeypatch):
-    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)  # split even small calls
+    monkeypatch.setattr(calls, "THREADED_MIN_BYTES", 0)  # threads even for small calls
     args = kv_inputs(B, H, Dh, S, seed=S)
     want = step(*args, threads=1)
     for threads in (2, 3, 4, 7):
@@ -165,7 +167,7 @@ def test_any_thread_count_gives_the_same_bits(step, B, H, Dh, S, monkeypatch):
 
 
 def test_threads_on_strided_views(step, monkeypatch):
-    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(calls, "THREADED_MIN_BYTES", 0)
     q, k, k_new, v, v_new, scale = kv_inputs(1, 6, 32, 40, seed=1)
     big_k = np.full((1, 12, 32, 64), np.nan, np.float32)
     big_k[:, ::2, :, :40] = k
@@ -176,7 +178,7 @@ def test_threads_on_strided_views(step, monkeypatch):
 
 
 def test_concurrent_calls_from_python_threads(step, monkeypatch):
-    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(calls, "THREADED_MIN_BYTES", 0)
     inputs = [kv_inputs(1, 8, 64, 100 + 10 * i, seed=i) for i in range(6)]
     want = [step(*a, threads=1) for a in inputs]
     got = [None] * len(inputs)
@@ -194,12 +196,12 @@ def test_concurrent_calls_from_python_threads(step, monkeypatch):
             assert_same(a, b)
 
 
-@pytest.mark.parametrize("B, H", [(1, 8), (3, 2)])  # split by heads; by batch
+@pytest.mark.parametrize("B, H", [(1, 8), (3, 2)])
 def test_in_place_step_on_threads_with_nan_in_unused_slots(monkeypatch, B, H):
-    """KVCache runs one prepared call per part on its buffers: the same bits as one
+    """KVCache runs its prepared call on the threaded entry: the same bits as one
     thread, after every step, and after its thread count changes."""
     from kina.models import KVCache
-    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(runtime, "THREADED_MIN_BYTES", 0)  # as KVCache reads it
     Dh = 32
     caches = [KVCache(B, H, Dh, 64, threads=n) for n in (1, 2, 5)]
     for c in caches:
@@ -290,7 +292,7 @@ def test_workers_are_bound_off_the_callers_core_and_the_caller_gets_its_binding_
 
 
 def test_a_caller_bound_to_one_core_keeps_it(step, monkeypatch):
-    monkeypatch.setattr(runtime, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(calls, "THREADED_MIN_BYTES", 0)
     cpus = os.sched_getaffinity(0)
     args = kv_inputs(1, 4, 8, 5)
     want = step(*args, threads=1)

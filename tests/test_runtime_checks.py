@@ -14,7 +14,7 @@ import pytest
 
 import kina
 from conftest import EXAMPLES, assert_same, kv_inputs
-from kina.driver.pipeline import build_so
+from kina.driver.cache import build_so
 from kina.runtime import LoadError, load
 
 SOURCE = """

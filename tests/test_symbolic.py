@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import kina
+from kina import knobs
 from kina.driver import pipeline
 
 from conftest import DYN_TEXT, EXAMPLES, GENERIC_STEP, ROOT, assert_same, kv_inputs
@@ -40,8 +41,8 @@ def dyn_builds(tmp_path_factory):
         if filename == str(DYN):
             builds.append(filename)
         return real(source, filename, *args, **kwargs)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KINA_CACHE_DIR", str(tmp_path_factory.mktemp("symbolic-cache")))  # a cold cache: one real build
+    # a cold cache: one real build
+    with pytest.MonkeyPatch.context() as mp, knobs.scoped(KINA_CACHE_DIR=tmp_path_factory.mktemp("symbolic-cache")):
         mp.setattr(pipeline, "run_stages", counting)
         yield builds
 

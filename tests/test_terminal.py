@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kina import knobs
 from kina.driver import cli
 from kina.frontend.diagnostics import KinaError, Loc, use_color
 
@@ -133,12 +134,9 @@ class FakeStream:
     ({"TERM": "dumb"}, True, False),
 ])
 def test_use_color(monkeypatch, env, tty, expected):
-    for name in ("NO_COLOR", "FORCE_COLOR", "TERM"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert use_color(FakeStream(tty)) is expected
-    assert use_color(object()) is (expected and "FORCE_COLOR" in env)  # no isatty at all
+    with knobs.scoped(**{"NO_COLOR": None, "FORCE_COLOR": None, "TERM": None, **env}):
+        assert use_color(FakeStream(tty)) is expected
+        assert use_color(object()) is (expected and "FORCE_COLOR" in env)  # no isatty at all
 
 
 def test_colour_changes_only_the_escapes():

@@ -222,8 +222,8 @@ def test_a_call_takes_the_threaded_entry_from_threaded_min_bytes(symbolic, monke
     args = mlp_inputs(K, N, M)
     (want,) = symbolic.mlp(*args, threads=1)
     entered = []
-    run_threaded = runtime.loader.Function._run_threaded
-    monkeypatch.setattr(runtime.loader.Function, "_run_threaded",
+    run_threaded = runtime.calls.Function._run_threaded
+    monkeypatch.setattr(runtime.calls.Function, "_run_threaded",
                         lambda self, *a, **kw: entered.append(a[1]) or run_threaded(self, *a, **kw))
     for threads in (2, 3):
         (got,) = symbolic.mlp(*args, threads=threads)

@@ -34,7 +34,6 @@ are the previous step's results. Short calls are timed in batches over consecuti
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import statistics
 import tempfile
@@ -298,38 +297,32 @@ def run_size(z: Size, args, mod, torch, sessions: dict, bw: dict, notes: list[st
 
 
 def measure_compile(repeats: int) -> dict:
-    """Compile time, in-process through kina.driver.pipeline.build_so on STATIC_EXAMPLE: cold
+    """Compile time, in-process through kina.driver.cache.build_so on STATIC_EXAMPLE: cold
     (KINA_NO_CACHE=1; the median of `repeats`, after one untimed build that pays the one-time
     imports, reported as "first") and warm (a cache hit in a fresh KINA_CACHE_DIR)."""
-    from kina.driver import pipeline
+    from kina import knobs
+    from kina.driver import cache as compile_cache
     src, name = STATIC_EXAMPLE.read_bytes(), str(STATIC_EXAMPLE.relative_to(ROOT))
-    saved = {k: os.environ.get(k) for k in ("KINA_NO_CACHE", "KINA_CACHE_DIR")}
     cache = tempfile.mkdtemp(prefix="kina-bench-cache-")
 
     def timed_build() -> float:
         t = time.perf_counter()
-        so = pipeline.build_so(src, name)
+        so = compile_cache.build_so(src, name)
         dt = time.perf_counter() - t
-        if os.environ.get("KINA_NO_CACHE") == "1":
+        if knobs.get("KINA_NO_CACHE"):
             shutil.rmtree(so.parent, ignore_errors=True)
         return dt
     try:
-        os.environ["KINA_NO_CACHE"] = "1"
-        first = timed_build()
-        cold = [timed_build() for _ in range(repeats)]
-        os.environ.pop("KINA_NO_CACHE")
-        os.environ["KINA_CACHE_DIR"] = cache
-        populate = timed_build()
-        warm = [timed_build() for _ in range(max(repeats, 5))]
-        t = time.perf_counter()
-        kina.compile_file(STATIC_EXAMPLE).close()
-        warm_load = time.perf_counter() - t
+        with knobs.scoped(KINA_NO_CACHE=1):
+            first = timed_build()
+            cold = [timed_build() for _ in range(repeats)]
+        with knobs.scoped(KINA_NO_CACHE=None, KINA_CACHE_DIR=cache):
+            populate = timed_build()
+            warm = [timed_build() for _ in range(max(repeats, 5))]
+            t = time.perf_counter()
+            kina.compile_file(STATIC_EXAMPLE).close()
+            warm_load = time.perf_counter() - t
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(cache, ignore_errors=True)
     return {"file": name, "first_s": first, "cold_s": cold, "cold_median_s": statistics.median(cold),
             "populate_s": populate, "warm_s": warm, "warm_median_s": statistics.median(warm),

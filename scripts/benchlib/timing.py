@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import statistics
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -156,15 +154,8 @@ def busy_wait(seconds: float) -> None:
         pass
 
 
-@contextmanager
 def fresh_compiles():
     """Build with KINA_NO_CACHE=1: the compile cache's key does not cover every source of the
     compiler, so while the compiler is being changed a cache hit could measure an older kernel."""
-    saved, os.environ["KINA_NO_CACHE"] = os.environ.get("KINA_NO_CACHE"), "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("KINA_NO_CACHE")
-        else:
-            os.environ["KINA_NO_CACHE"] = saved
+    from kina import knobs
+    return knobs.scoped(KINA_NO_CACHE=1)

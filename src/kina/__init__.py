@@ -7,10 +7,10 @@
 Importing `kina` is cheap: the front end (lark) and the back end (mlir) load only
 when a function that needs them is first called, so `kina.load` of a built .so
 needs nothing but NumPy, ml_dtypes and ctypes. Importing it runs no code of the package
-at all (even the error types load on first use), so `kinac` can take over Ctrl-C
-(`kina.driver.interrupts`) before anything slow is imported.
+but the leaf `kina.version` (even the error types load on first use), so `kinac` can take
+over Ctrl-C (`kina.driver.interrupts`) before anything slow is imported.
 """
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["KinaError", "InternalError", "ToolError", "compile_file", "compile_source", "load",
            "interpret", "__version__"]
@@ -18,11 +18,11 @@ __all__ = ["KinaError", "InternalError", "ToolError", "compile_file", "compile_s
 
 def __getattr__(name):  # lazy, so the runtime never drags in lark or mlir
     if name in ("KinaError", "InternalError", "ToolError"):
-        from .frontend import diagnostics
-        return getattr(diagnostics, name)
+        from . import errors
+        return getattr(errors, name)
     if name in ("compile_file", "compile_source"):
-        from .driver import pipeline
-        return getattr(pipeline, name)
+        from .driver import api
+        return getattr(api, name)
     if name == "load":
         from .runtime import load
         return load

@@ -15,12 +15,17 @@ one line naming the variable, what was expected and what it got
 (`KINA_OPT_LEVEL: expected 0, 1, 2 or 3, got '7'`); kinac prints it as
 `kinac: error: ...` and exits 1.
 
+Tests and commands that want a knob for a while write it through `scoped`, not into
+`os.environ`: the values are checked as `set` checks them, and the environment is as it
+was after the block.
+
 `python -m kina.knobs` prints the table as markdown: the README's Environment
 section is that output, and a test keeps the two the same.
 """
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -103,12 +108,46 @@ def set(name: str, text: str, what: str | None = None) -> None:
     """Give knob `name` the value `text` for this process (and the tools it starts), as a
     command-line flag does (`kina generate --threads 2`); a bad value is a `KnobError`
     naming `what` (the flag), or else the variable."""
+    os.environ[name] = _checked(name, text, what)
+
+
+@contextmanager
+def scoped(**values):
+    """Knobs set for the length of a block, then the environment as it was (on an error too):
+
+        with knobs.scoped(KINA_NO_CACHE="1", KINA_CACHE_DIR=folder):
+            ...
+
+    Each value is checked as `set` checks it, all before any is set; it may be anything
+    whose `str` the knob takes (a Path, an int), and None unsets the variable for the block.
+    The variables are the process's (the tools it starts see them), so a block is not
+    thread-safe against another that sets the same knobs."""
+    texts = {name: None if value is None else _checked(name, str(value)) for name, value in values.items()}
+    saved = {name: os.environ.get(name) for name in texts}
+    try:
+        for name, text in texts.items():
+            _put(name, text)
+        yield
+    finally:
+        for name, text in saved.items():
+            _put(name, text)
+
+
+def _checked(name: str, text: str, what: str | None = None) -> str:
+    """`text` if knob `name` takes it, else a `KnobError` naming `what` (or the variable)."""
     knob = KNOBS[name]
     try:
         knob.parse(text)
     except ValueError:
         raise KnobError(f"{what or name}: expected {knob.values}, got {text!r}") from None
-    os.environ[name] = text
+    return text
+
+
+def _put(name: str, text: str | None) -> None:
+    if text is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = text
 
 
 def markdown() -> str:

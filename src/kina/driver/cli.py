@@ -38,8 +38,8 @@ from . import interrupts
 
 def version_text() -> str:
     from importlib import metadata
-    from .. import __version__
-    from ..frontend.diagnostics import ToolError
+    from ..version import __version__
+    from ..errors import ToolError
     from . import toolchain
     wheels = []
     for name in toolchain.PINNED:
@@ -87,7 +87,7 @@ def _compile_parser():
 
 def compile_main(argv: list[str]) -> int:
     from pathlib import Path
-    from . import pipeline
+    from . import cache, pipeline
     parser = _compile_parser()
     args = parser.parse_args(argv)
     from ..runtime.cpu import CPU_LEVELS, target_flags
@@ -128,12 +128,12 @@ def compile_main(argv: list[str]) -> int:
     dump = Path(args.dump_dir) if args.dump_dir else None
     out = Path(args.output) if args.output else None
     if args.emit == "so":
-        so = pipeline.build_so(source, str(src), options, dump_dir=dump)
+        so = cache.build_so(source, str(src), options, dump_dir=dump)
         try:
             out = out / f"{src.stem}.so" if out and out.is_dir() else out or src.with_suffix(".so")
             interrupts.write_outputs({out: so, out.with_suffix(".json"): so.with_suffix(".json")})
         finally:
-            pipeline.discard(so)
+            cache.discard(so)
         print(f"wrote {out} and {out.with_suffix('.json').name}", file=sys.stderr)
         return 0
     build = pipeline.run_stages(source, str(src), args.emit, options, dump_dir=dump)
@@ -228,7 +228,8 @@ def _opt_one(args, chosen: list, text: str, section: str | None) -> tuple[str, b
     from mlir import ir
     from . import pipeline
     import dataclasses
-    from ..frontend.diagnostics import KinaError, use_color
+    from ..errors import KinaError
+    from ..frontend.diagnostics import use_color
     from ..ir.irbuild import print_ir
     from ..ir.passes import PassError
 
@@ -286,9 +287,11 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     """Run one command; every error becomes its message and exit status."""
     import warnings
-    from ..frontend.diagnostics import InternalError, KinaError, ToolError, use_color
+    from ..errors import InternalError, KinaError, ToolError
+    from ..frontend.diagnostics import use_color
     from ..knobs import KnobError
-    from .pipeline import CacheWarning, SpecializationError
+    from .cache import CacheWarning
+    from .pipeline import SpecializationError
     with warnings.catch_warnings():  # restores showwarning after: an in-process call changes nothing
         warnings.showwarning = _short_warnings(warnings.showwarning, CacheWarning)
         try:

@@ -128,7 +128,7 @@ def _load(args):
 
 
 def _compiled(source: bytes, filename: str, name: str):
-    from .pipeline import compile_source  # only now: --interpret needs no MLIR
+    from .api import compile_source  # only now: --interpret needs no MLIR
     return getattr(compile_source(source, filename), name)
 
 

@@ -15,19 +15,15 @@ before.
 
 In:  Kina source text and `Options`.
 Out: the output of the requested stage; for `so`, a built .so with its sidecar
-     (`<name>.json`) beside it, or a loaded `runtime.Module` from `compile_*`.
+     (`<name>.json`) beside it.
 
 Guarantees: user errors are `KinaError`; invalid reference IR, a pass that fails
 or a pass that leaves invalid IR is an `InternalError` naming the pass, with a
 reproducer file (the pass's input and the command that reruns it); a failing external tool is a
-`ToolError` with its stderr and the command to rerun. Builds are cached by a hash
-of the source and of every file its `use`s reach, the options, kinac's version and code,
-the MLIR/LLVM version and the target CPU; cache entries are written atomically (temp dir, then rename) and
-checked on every hit (the sidecar parses, describes this build, and gives the .so's
-size and sha256), and a damaged one is rebuilt and replaced, never handed out. A
-cache folder that cannot be written is skipped with one `CacheWarning`. No work
-folder outlives a call, on success or on error, but for a ToolError's (just the
-files its repro command names).
+`ToolError` with its stderr and the command to rerun. No work folder outlives a call,
+on success or on error, but for a ToolError's (just the files its repro command names).
+Builds go through the compile cache in `kina.driver.cache`; `kina.compile_file` and
+`kina.compile_source` are `kina.driver.api`'s.
 """
 from __future__ import annotations
 
@@ -37,17 +33,16 @@ import os
 import shlex
 import shutil
 import tempfile
-import warnings
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property, lru_cache
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__, files, knobs
-from ..frontend import ast, check as _check, syntax, uses
+from .. import abi, knobs
+from ..version import __version__
+from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
-from ..frontend.diagnostics import InternalError, ToolError
+from ..errors import InternalError, ToolError
 from ..runtime import cpu
 from ..ir.passes import PASSES, Pass, PassError, PipelineError, selected, source_loc
 from . import interrupts, toolchain, translate
@@ -114,6 +109,14 @@ class Build:
         turns off the features this CPU's name implies but the machine does not have
         (a znver4 under a hypervisor that hides AVX-512 must not get AVX-512 code)."""
         return [f"-mcpu={self.options.cpu}"]
+
+
+def target_cores(cpu_name: str) -> int | None:
+    """The threads a build for `cpu_name` cuts its ops for (passes.for_target): for this
+    machine ("native"), the threads a call takes by default (KINA_NUM_THREADS, else the
+    cores this process may run on); None for a portable build (the pass table's parts)."""
+    from ..runtime.calls import default_threads
+    return default_threads() if cpu_name == "native" else None
 
 
 def _stage_ast(b: Build) -> None:
@@ -243,11 +246,11 @@ def _stage_so(b: Build) -> None:
         obj.write_bytes(b.obj)
     so = b.workdir / f"{Path(b.filename).stem or 'module'}.so"
     symbols = _symbols(b.module)
-    # a threaded entry calls kina_claim, kina_done and kina_wait, from the small C runtime beside this file
-    runtime = [str(THREADS_C), "-fPIC", "-O2"] if "kina_claim" in symbols else []
+    # a threaded entry calls kina_claim, kina_done and kina_wait, from the small C runtime (kina/runtime/)
+    runtime = [str(abi.C_SOURCE), "-fPIC", "-O2"] if abi.CLAIM in symbols else []
     toolchain.run("cc", ["-shared", "-o", str(so), str(obj), *runtime, "-lm"])
     sidecar = {
-        "format": "kina-sidecar-1",
+        "format": abi.SIDECAR_FORMAT,
         "kina_version": __version__,
         "llvm_version": toolchain.llvm_version(),
         "source": b.filename,
@@ -256,14 +259,11 @@ def _stage_so(b: Build) -> None:
         "so_size": so.stat().st_size,
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
         "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn),
-                       "threaded": f"_mlir_ciface_kina_{fn.name}_threaded" in symbols}
+                       "threaded": abi.c_interface(fn.name, abi.THREADED) in symbols}
                       for fn in b.program.functions],
     }
     so.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     b.so_path = so
-
-
-THREADS_C = Path(__file__).with_name("kina_threads.c")
 
 
 def _symbols(module) -> set[str]:
@@ -392,178 +392,3 @@ def _reproducer(what: str, mlir_text: str, p: Pass | None = None) -> str:
                 f.write(f"// or: mlir-opt {path} --pass-pipeline='builtin.module({p.pipeline})'\n")
         f.write(mlir_text)
     return path
-
-
-# -- the compile cache -------------------------------------------------------------
-#
-# An entry is a folder <cache>/<key>/ holding <stem>.so and its sidecar <stem>.json,
-# which records the .so's size and sha256. An entry is handed out only after both are
-# checked (the sidecar parses, describes this build and matches the .so's bytes); a
-# damaged one is built again and replaced. Entries are written whole (a temp folder,
-# then a rename), and a cache folder that cannot be written is skipped with a warning.
-
-class CacheWarning(UserWarning):
-    """The compile cache cannot be written: kinac builds without it (said once per folder)."""
-
-
-def cache_dir() -> Path:
-    return knobs.get("KINA_CACHE_DIR")
-
-
-@lru_cache(maxsize=1)
-def compiler_digest() -> str:
-    """A hash of kinac's own code, so that editing the compiler never serves a stale build."""
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent  # the kina package
-    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark"), *root.rglob("*.c")]):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
-
-
-def target_cores(cpu_name: str) -> int | None:
-    """The threads a build for `cpu_name` cuts its ops for (passes.for_target): for this
-    machine ("native"), the threads a call takes by default (KINA_NUM_THREADS, else the
-    cores this process may run on); None for a portable build (the pass table's parts)."""
-    from ..runtime.loader import default_threads
-    return default_threads() if cpu_name == "native" else None
-
-
-def cache_key(source: str | bytes, filename: str, options: Options) -> str:
-    data = source if isinstance(source, bytes) else source.encode()
-    _, host_cpu = toolchain.host()
-    # every file `use` reaches is part of the program: editing one rebuilds
-    used = [[name, None if text is None else hashlib.sha256(text).hexdigest()]
-            for name, text in uses.used_files(data, filename)]
-    meta = json.dumps({"kina": __version__, "compiler": compiler_digest(), "llvm": toolchain.llvm_version(),
-                       "host_cpu": host_cpu, "cores": target_cores(options.cpu), "filename": filename,
-                       "options": options.cache_key(), "uses": used},
-                      sort_keys=True)
-    return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
-
-
-def entry_ok(so: Path, filename: str) -> bool:
-    """Whether the cache entry of `so` is whole: its sidecar parses, is a sidecar of
-    this kinac for `filename`, and gives the size and sha256 of the .so's bytes."""
-    try:
-        sidecar = json.loads(so.with_suffix(".json").read_bytes())
-        data = so.read_bytes()
-    except (OSError, ValueError):  # missing, unreadable, not JSON (or not UTF-8)
-        return False
-    return (isinstance(sidecar, dict) and sidecar.get("format") == "kina-sidecar-1"
-            and sidecar.get("kina_version") == __version__ and sidecar.get("source") == filename
-            and isinstance(sidecar.get("functions"), list) and sidecar.get("so_size") == len(data)
-            and sidecar.get("so_sha256") == hashlib.sha256(data).hexdigest())
-
-
-def build_so(source: str | bytes, filename: str = "<string>", options: Options | None = None,
-             dump_dir: Path | None = None) -> Path:
-    """Build (or fetch a checked entry from the cache) a .so for `source`; returns its path.
-
-    Outside the cache (KINA_NO_CACHE=1, `dump_dir`, or a cache that cannot be
-    written) the .so is in a work folder of its own, which the caller removes
-    (`discard`) once it is done with it."""
-    options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
-    use_cache = not knobs.get("KINA_NO_CACHE") and dump_dir is None
-    if use_cache:
-        entry = cache_dir() / cache_key(source, filename, options)
-        so = entry / f"{Path(filename).stem or 'module'}.so"
-        if entry_ok(so, filename):
-            return so
-    b = run_stages(source, filename, "so", options, dump_dir=dump_dir)
-    if not use_cache:
-        return b.so_path
-    try:
-        _store(b.so_path, entry, filename)
-    except OSError as e:
-        _warn_unwritable(entry.parent, e)
-        return b.so_path  # outside the cache: the caller's to discard
-    except BaseException:
-        remove_temporary(b.workdir)
-        raise
-    remove_temporary(b.workdir)
-    return so
-
-
-def _store(built: Path, entry: Path, filename: str) -> None:
-    """Copy the .so at `built` and its sidecar into the cache as `entry`, atomically:
-    into a temp folder beside it, then renamed. A damaged entry in the way is moved
-    aside first; a whole one, written meanwhile by another process, is kept."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with interrupts.deferred():
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-        interrupts.track(tmp)
-    try:
-        for path in (built, built.with_suffix(".json")):
-            shutil.copyfile(path, tmp / path.name)
-        try:
-            os.rename(tmp, entry)  # atomic: readers see the whole entry or none of it
-        except OSError:
-            if not entry.is_dir():
-                raise
-            if entry_ok(entry / built.name, filename):
-                return  # another process's entry: as good as ours
-            with interrupts.deferred():
-                aside = Path(tempfile.mkdtemp(prefix=".damaged-", dir=entry.parent))
-                interrupts.track(aside)
-            os.rename(entry, aside / entry.name)
-            os.rename(tmp, entry)
-            remove_temporary(aside)
-    finally:
-        remove_temporary(tmp)
-
-
-_warned: set[Path] = set()
-
-
-def _warn_unwritable(folder: Path, e: OSError) -> None:
-    if folder not in _warned:
-        _warned.add(folder)
-        warnings.warn(f"the compile cache {folder} cannot be written ({e.strerror or e}); "
-                      "compiling without it", CacheWarning, stacklevel=3)
-
-
-def discard(so: Path) -> None:
-    """Remove a .so from `build_so` that is not a cache entry (its whole work folder)."""
-    if cache_dir() not in so.parents:
-        remove_temporary(so.parent)
-
-
-def specialized(options: Options, dtypes=None, dims=None) -> Options:
-    """`options` with `dtypes` ({"T": "F16"}) and `dims` ({"S": 128}) fixed as well."""
-    for what, given in (("dtypes", dtypes), ("dims", dims)):
-        if given is not None and not isinstance(given, Mapping):
-            raise TypeError(f"{what}: expected a mapping of names to values, got {type(given).__name__}")
-    return replace(options, dtypes=tuple(sorted({**dict(options.dtypes), **(dtypes or {})}.items())),
-                   dims=tuple(sorted({**dict(options.dims), **(dims or {})}.items())))
-
-
-def compile_source(text: str | bytes, filename: str = "<string>", options: Options | None = None, *,
-                   dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None):
-    """Compile Kina source to a loaded module whose attributes are the Kina functions.
-
-    `dtypes` gives a generic program's type parameters (`{"T": "F16"}`) and `dims`
-    fixes symbolic dims (`{"S": 128}`, a static specialisation); both are checked by
-    the checker, and the compile cache keys on them."""
-    options = options or Options()  # made per call, so KINA_OPT_LEVEL set at any time counts
-    from ..runtime import LoadError, load
-    options = specialized(options, dtypes, dims)
-    so = build_so(text, filename, options)
-    try:
-        try:
-            return load(so)
-        except LoadError:
-            if cache_dir() not in so.parents:
-                raise
-        # a checked entry that still does not load (dlopen fails): build it again, once
-        shutil.rmtree(so.parent, ignore_errors=True)
-        so = build_so(text, filename, options)
-        return load(so)
-    finally:
-        discard(so)  # a .so outside the cache stays mapped after its files go
-
-
-def compile_file(path: str | os.PathLike, options: Options | None = None, *,
-                 dtypes: Mapping[str, str] | None = None, dims: Mapping[str, int] | None = None):
-    """`compile_source` of the file at `path` (diagnostics name that file)."""
-    path = Path(path)
-    return compile_source(files.read_bytes(path, "the source"), str(path), options, dtypes=dtypes, dims=dims)

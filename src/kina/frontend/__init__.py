@@ -6,7 +6,7 @@
     rules.py      each op family's typing rule, which check.py's function checker inherits
     types.py      dtypes, dims, signatures     axes.py    which leading axes are independent
     ops.py        the op table: each operation once, read by every stage (and kina.ir, the interpreter)
-    diagnostics.py  the one error type and its renderer
+    diagnostics.py  whether a diagnostic is coloured (the error types and their renderer: kina.errors)
 
 Guarantees: nothing in this package imports `mlir`, so a program can be parsed and
 checked without the toolchain (a test blocks `mlir` and imports every module here).

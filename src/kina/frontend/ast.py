@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
-from .diagnostics import Loc
+from ..errors import Loc
 from .types import Dim, Signature, TensorType
 
 

@@ -39,7 +39,7 @@ import operator
 from collections.abc import Mapping
 
 from . import ast, inline, ops, uses
-from .diagnostics import KinaError, Loc
+from ..errors import KinaError, Loc
 from .rules import ELEMENTWISE_OPS, RULES, OpRules  # noqa: F401 (RULES: the rules by family, as before)
 from .types import BLOCKS, DTYPE_BYTES, DTYPES, PLACEMENTS, Dim, Signature, TensorType
 

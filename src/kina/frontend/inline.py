@@ -37,7 +37,7 @@ import dataclasses
 import difflib
 
 from . import ast, syntax
-from .diagnostics import KinaError, Loc
+from ..errors import KinaError, Loc
 from .types import DTYPES, Dim, TensorType
 
 MAX_CALL_DEPTH = 32  # calls inside calls; far beyond any real program, and well within Python's stack

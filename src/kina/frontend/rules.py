@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable
 
 from . import ast, ops
-from .diagnostics import KinaError, Loc
+from ..errors import KinaError, Loc
 from .types import DTYPES, Dim, TensorType, nearest
 
 ELEMENTWISE_OPS = ops.listing([op.shown for op in ops.OPS if op.family == "elementwise"])

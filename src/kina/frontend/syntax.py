@@ -21,7 +21,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import ast, ops
-from .diagnostics import KinaError, Loc
+from ..errors import KinaError, Loc
 from .types import Dim
 
 MAX_DEPTH = 200  # parentheses / operator nesting; far beyond any real program

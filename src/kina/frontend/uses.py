@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .. import files
 from . import ast, ops, syntax
-from .diagnostics import KinaError
+from ..errors import KinaError
 
 
 @dataclass

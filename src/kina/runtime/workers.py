@@ -1,8 +1,13 @@
-"""Worker threads for split calls: run the parts of one kernel call at once.
+"""The threads that run a threaded entry: the module's `Team`, or worker threads.
 
-In:  a ctypes function and one list of pointer arguments per part.
-Out: every part has run; the first on the calling thread, the others on worker
+In:  a ctypes function and one list of pointer arguments per thread (`run_concurrently`);
+     or a loaded .so whose C runtime keeps a team of threads (`Team`).
+Out: every call has run; the first on the calling thread, the others on worker
      threads (ctypes releases the GIL for each call).
+
+A threaded call runs on its module's `Team`, whose threads wait in the C runtime between
+calls; `run_concurrently` runs it on worker threads of this module's own pool when the team
+is busy with another call (concurrent callers) or the .so has none (an older build).
 
 Why threads of our own: a worker waits on a condition of its own, and the caller
 builds every part's arguments, so a worker wakes and runs the kernel and nothing
@@ -26,6 +31,8 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+
+from .. import abi
 
 
 def cpus() -> set[int] | None:
@@ -183,6 +190,25 @@ def run_concurrently(cfunc, calls: list[list]) -> None:
         raise part_error
 
 
+# the C runtime's functions the host calls (kina_abi.h), with their ctypes signatures
+_HOST_CALLS = {
+    abi.TEAM_WORK: [ctypes.c_void_p, ctypes.c_int64],
+    abi.TEAM_RUN: [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p],
+    abi.TEAM_STOP: [ctypes.c_void_p],
+    abi.RUN_SEQUENCE: [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64],
+}
+
+
+def host_call(lib, name: str):
+    """The C runtime's function `name` (one of abi.HOST_CALLS) in the loaded .so `lib`, typed
+    as kina_abi.h declares it; None if the .so has none (an older one, or one without a
+    threaded entry)."""
+    fn = getattr(lib, name, None)
+    if fn is not None:
+        fn.restype, fn.argtypes = None, _HOST_CALLS[name]
+    return fn
+
+
 class Team:
     """`workers` threads that stay in the C runtime of a threaded .so (kina_threads.c's
     kina_team_work, the GIL released) between calls, spinning for about a millisecond
@@ -197,12 +223,11 @@ class Team:
 
     def __init__(self, lib, workers: int):
         self._lib, self.workers = lib, workers
-        self._state = ctypes.create_string_buffer(256)  # a kina_team, zeroed
+        self._state = ctypes.create_string_buffer(abi.TEAM_BYTES)  # a kina_team, zeroed
         self._busy = threading.Lock()
-        lib.kina_team_run.restype = lib.kina_team_stop.restype = lib.kina_team_work.restype = None
-        lib.kina_team_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-        lib.kina_team_work.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-        lib.kina_team_stop.argtypes = [ctypes.c_void_p]
+        self._team_run, self._team_work, self._team_stop = (host_call(lib, name) for name in
+                                                            (abi.TEAM_RUN, abi.TEAM_WORK, abi.TEAM_STOP))
+        self._run_sequence = host_call(lib, abi.RUN_SEQUENCE)
         allowed = sorted(cpus() or [])
         here = _sched_getcpu() if _sched_getcpu is not None else None
         others = [c for c in allowed if c != here] or allowed
@@ -216,21 +241,20 @@ class Team:
     def _work(self, tid: int, cpu: int | None) -> None:
         if cpu is not None:
             _set_cpus({cpu})
-        self._lib.kina_team_work(self._state, tid)
+        self._team_work(self._state, tid)
 
     def run(self, fn, args, nthreads: int, workspace: int) -> bool:
         """fn(args, tid, nthreads, workspace) on this thread (tid 0) and every worker (tid
         1, 2, ...; those >= nthreads return at once): `fn` a team entry (kina_<f>_team, from
         the team-entries pass), `args` its array of descriptor pointers; False, having run
         nothing, when another call holds the team."""
-        return self._bound(lambda: self._lib.kina_team_run(self._state, fn, args, nthreads, workspace))
+        return self._bound(lambda: self._team_run(self._state, fn, args, nthreads, workspace))
 
     def run_sequence(self, n: int, packed, team, args, workspaces, zero, nthreads: int) -> bool:
         """kina_run_sequence (kina_threads.c) on this team: `n` calls in order in one entry
         from the host, each through its team entry on `nthreads` threads; False, having
         run nothing, when another call holds the team."""
-        return self._bound(lambda: self._lib.kina_run_sequence(self._state, n, packed, team, args, workspaces, zero,
-                                                               nthreads))
+        return self._bound(lambda: self._run_sequence(self._state, n, packed, team, args, workspaces, zero, nthreads))
 
     def _bound(self, run) -> bool:
         """run() holding the team, with this thread bound off the workers' cores (and given
@@ -253,7 +277,7 @@ class Team:
     def close(self) -> None:
         if self._threads:
             with self._busy:
-                self._lib.kina_team_stop(self._state)
+                self._team_stop(self._state)
                 for t in self._threads:
                     t.join()
             self._threads = []

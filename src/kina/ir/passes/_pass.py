@@ -5,7 +5,8 @@ Out: `KinaPass`, the base of Kina's own passes (like xDSL's `ModulePass`: the
      pass's command-line `name` and its options as dataclass fields, each declared
      with `option(default, doc)`); `UpstreamPass`, a named `mlir-opt` pipeline;
      `parse_pipeline`, which reads mlir-opt's `name{opt=value ...},name` syntax;
-     `Unsupported`, which a pass raises on IR it cannot take.
+     `Unsupported`, which a pass raises on IR it cannot take. (`PipelineError` and
+     `PassError`, below, are the compiler's error types, from `kina.errors`.)
 
 Guarantees: an option value is checked when the pass is made (`MatmulLoops(unroll=0)`
 raises `PipelineError`, as does `parse_pipeline("matmul-loops{unroll=0}")`), so a
@@ -19,11 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-from ...frontend.diagnostics import Loc
-
-
-class PipelineError(ValueError):
-    """A bad pass list: an unknown pass or option, or a bad option value (one line)."""
+from ...errors import Loc, PassError, PipelineError
 
 
 class Unsupported(Exception):
@@ -33,18 +30,6 @@ class Unsupported(Exception):
     def __init__(self, op, message: str):
         super().__init__(message)
         self.op, self.message = op, message
-
-
-class PassError(Exception):
-    """A pass refused its input (`Unsupported`): `loc` is the op's location as a
-    source `Loc` (None when the op has none), `message` starts with the pass's name."""
-
-    def __init__(self, pass_name: str, loc: Loc | None, message: str):
-        super().__init__(message)
-        self.pass_name, self.loc, self.message = pass_name, loc, message
-
-    def __str__(self) -> str:
-        return f"{self.loc or '<unknown>'}: error: {self.message}"
 
 
 def option(default, doc: str, *, check: Callable[[Any], bool] | None = None, expected: str = ""):

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import bufferization, func, tensor
 
+from ...abi import PREFIX
 from ._pass import KinaPass, Unsupported, option
 from ._util import functions
 
@@ -55,7 +56,7 @@ class Abi(KinaPass):
     name = "abi"
     summary = ("the C boundary: memref parameters (any outer strides, unit innermost stride), one out-buffer "
                "per result that the result is computed in, the kina_ prefix, llvm.emit_c_interface")
-    prefix: str = option("kina_", "the prefix of every exported name (kina.runtime looks for kina_)",
+    prefix: str = option(PREFIX, f"the prefix of every exported name (kina.runtime looks for {PREFIX})",
                          check=_symbol_prefix, expected="letters, digits and '_', not starting with a digit")
 
     def run(self, module_op) -> None:

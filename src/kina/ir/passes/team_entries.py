@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm
 
+from ...abi import PACKED, TEAM, THREADED, c_interface, exported
 from ._pass import KinaPass
 
-PREFIX, SUFFIX = "_mlir_ciface_kina_", "_threaded"  # the C interfaces of functions and of threaded entries
+PREFIX = c_interface("")  # the C interfaces of functions and of threaded entries
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,10 @@ class TeamEntries(KinaPass):
             if not name.startswith(PREFIX) or not entry.regions[0].blocks:
                 continue
             f = name[len(PREFIX):]
-            if f.endswith(SUFFIX):
-                form, extra = f"kina_{f[:-len(SUFFIX)]}_team", ["i64", "i64", "ptr"]  # tid, n, the workspace
+            if f.endswith(THREADED):
+                form, extra = exported(f.removesuffix(THREADED), TEAM), ["i64", "i64", "ptr"]  # tid, n, the workspace
             else:
-                form, extra = f"kina_{f}_packed", []
+                form, extra = exported(f, PACKED), []
             if form not in names:
                 _array_form(entry, form, extra)
 

@@ -123,14 +123,14 @@ from dataclasses import dataclass, replace
 from mlir import ir
 from mlir.dialects import arith, func, linalg, memref, scf
 
+from ...abi import CLAIM, COUNTERS, DONE, THREADED, WAIT, WORKSPACE
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
 from ._util import VIEWS, buffer_root, functions, iterators_of, maps_of
 
 ALIGN_BYTES = 64  # each temporary starts on a cache line, as memref.alloc's alignment gave it
-CLAIM, DONE, WAIT = "kina_claim", "kina_done", "kina_wait"  # kina_threads.c
 SYMBOLIC_EXTENT = 64  # what a symbolic dim counts as when splits are compared (a prompt's length, say)
-_ADDED = ("_threaded", "_workspace", "_counters")  # the functions this pass adds beside each one
+_ADDED = (THREADED, WORKSPACE, COUNTERS)  # the functions this pass adds beside each one
 PARTS_PER_THREAD = 2  # a task is cut in up to this many parts per thread, for whichever threads are running
 
 # ops with no memory effects: every thread runs them (they compute sizes, bounds and views)
@@ -219,9 +219,9 @@ def _thread(fn, name: str, opts: "Threads") -> bool:
     clone.move_after(fn.operation)
     try:
         with fn.location:
-            total, counters = _rewrite(clone.opview, f"{name}_threaded", opts)
-            _sizing(clone.opview, total, n_args, f"{name}_workspace")
-            _counter_bytes(clone.opview, counters, f"{name}_counters")
+            total, counters = _rewrite(clone.opview, name + THREADED, opts)
+            _sizing(clone.opview, total, n_args, name + WORKSPACE)
+            _counter_bytes(clone.opview, counters, name + COUNTERS)
     except _Skip:
         clone.erase()
         return False
@@ -240,12 +240,12 @@ def _one_thread(fn, name: str, counters: int) -> None:
     args = list(block.arguments)
     i8 = ir.IntegerType.get_signless(8)
     with ir.InsertionPoint(block), fn.location:
-        nbytes = func.call([index_type()], ir.FlatSymbolRefAttr.get(f"{name}_workspace"), args)
+        nbytes = func.call([index_type()], ir.FlatSymbolRefAttr.get(name + WORKSPACE), args)
         ws = memref.alloc(ir.MemRefType.get([DYN], i8), [nbytes], [], alignment=ir.IntegerAttr.get(
             ir.IntegerType.get_signless(64), ALIGN_BYTES))
         head = memref.view(ir.MemRefType.get([counters], i8), ws, index(0), [])
         linalg.fill(arith.constant(i8, 0), outs=[head])
-        func.call([], ir.FlatSymbolRefAttr.get(f"{name}_threaded"), [*args, index(0), index(1), ws])
+        func.call([], ir.FlatSymbolRefAttr.get(name + THREADED), [*args, index(0), index(1), ws])
         func.ReturnOp([])
 
 

@@ -61,7 +61,8 @@ class KVCache:
     KT_SHORT_ROW_BYTES; from there it is T_max. V is [B, H, T_max, Dh]. Both start
     zeroed; positions [0, n_filled) are valid and the rest are scratch that no
     result reads. A large attention runs on `threads` threads (default
-    `runtime.default_threads()`), split by batch and heads, with the same bits as on one.
+    `runtime.default_threads()`), through the kernel's threaded entry, with the same bits
+    as on one.
     """
 
     def __init__(self, batch: int, n_heads: int, head_dim: int, max_seq_len: int, dtype=np.float32,
@@ -132,7 +133,6 @@ class KVCache:
         B, H, Dh = self.batch, self.n_heads, self.head_dim
         self._call = self._kernels.attend.prepare([self._q, self._k, self._v, self._s],
                                                   [runtime.empty((B, H, 1, Dh), self.dtype)], dims=("N",))
-        self._split_calls: tuple[int, list] | None = None  # (threads, [(call, where), ...])
 
     # -- fill and capacity -------------------------------------------------------
     @property
@@ -274,19 +274,13 @@ class KVCache:
     def _attend(self, q: np.ndarray, scale: float) -> np.ndarray:
         # Every argument is known good here (q checked by the caller, the rest built by
         # this cache), so the kernel is called without the runtime's per-call checks:
-        # one prepared call (or one per thread) on the cache's buffers, whose
-        # descriptors get only the fill and the context's pointer patched.
+        # one prepared call on the cache's buffers, whose descriptors get only the fill
+        # and the context's pointer patched, on `threads` threads from THREADED_MIN_BYTES.
         n = self._n
         out = np.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
         self._s[0, 0, 0, 0] = scale
         self._q[...] = q
-        if self.threads > 1 and 2 * n * self._bytes_per_position >= runtime.PARALLEL_MIN_BYTES:
-            parts = self._parts()
-            if parts:
-                for call, where in parts:
-                    self._patch(call, n, out[where])
-                runtime.call_concurrently([call for call, _ in parts])
-                return out
+        self._call.threads = self.threads if 2 * n * self._bytes_per_position >= runtime.THREADED_MIN_BYTES else 1
         self._patch(self._call, n, out)
         self._call()
         return out
@@ -295,18 +289,6 @@ class KVCache:
     def _patch(call, n: int, out: np.ndarray) -> None:
         call.set_dim("N", n)  # K^T [B, H, Dh, N], V [B, H, N, Dh]
         call.set_data("out0", out)
-
-    def _parts(self) -> list:
-        """Prepared calls on the runtime's split of the cache's buffers (by batch, else by
-        heads: the parts a split call would run), each with the index of the context
-        it writes; made once per thread count."""
-        if self._split_calls is None or self._split_calls[0] != self.threads:
-            attend = self._kernels.attend
-            context = np.empty((self.batch, self.n_heads, 1, self.head_dim), self.dtype)
-            split = attend.split([self._q, self._k, self._v, self._s], [context], self.threads) or []
-            parts = [(attend.prepare(arrays, outs, dims=("N",)), where) for arrays, outs, where in split]
-            self._split_calls = (self.threads, parts)
-        return self._split_calls[1]
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
         """The StoryLM-0 decode step in place: append k_new and v_new, then attend with q."""

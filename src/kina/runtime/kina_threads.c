@@ -9,9 +9,12 @@
    waits for another to arrive, only for parts another has claimed to finish: a thread
    the system has not scheduled yet claims nothing, and the running ones take its share.
    The caller zeroes the counters before each call. Waiting spins (a pause per try),
-   then yields the core. Only libc is needed. */
+   then yields the core. Only libc is needed. kina_abi.h declares what the compiled code
+   and the loader call here. */
 #include <sched.h>
 #include <stdint.h>
+
+#include "kina_abi.h"
 
 /* Thread `tid` of `nthreads` claims a part of a task of `parts`: first the next of its own
    range, parts [tid * parts / nthreads, (tid + 1) * parts / nthreads), in order, then the
@@ -85,22 +88,22 @@ void kina_wait(intptr_t done, int64_t parts) {
 #define KINA_TEAM_CLOSED (1LL << 62)
 #define KINA_TEAM_GEN(g) (((g) & 0x3fffffffLL) << 32)
 
-typedef struct {
+struct kina_team {
     int64_t generation;
     char pad0[56];
     int64_t finished;
     char pad1[56];
     int64_t joined;
     char pad2[56];
-    void (*fn)(void **args, int64_t tid, int64_t n, void *ws); /* a team entry: kina_<f>_team */
+    kina_team_entry fn; /* kina_<f>_team */
     void **args;
     int64_t nthreads, stop;
     void *ws;
     int64_t sleepers; /* workers in kina_team_sleep */
     int32_t bell;     /* rung (incremented) at each post: the futex the sleepers wait on */
-} kina_team;
+};
 
-_Static_assert(sizeof(kina_team) <= 256, "kina.runtime.workers.Team allocates 256 bytes for a kina_team");
+_Static_assert(sizeof(kina_team) <= KINA_TEAM_BYTES, "the loader allocates KINA_TEAM_BYTES for a kina_team");
 
 /* Sleep until the generation moves past `seen` or the bell rings (or a spurious wake-up:
    the caller checks again). The worker counts itself among the sleepers before it looks at
@@ -164,8 +167,7 @@ void kina_team_work(kina_team *t, int64_t tid) {
     }
 }
 
-void kina_team_run(kina_team *t, void (*fn)(void **, int64_t, int64_t, void *), void **args, int64_t nthreads,
-                   void *ws) {
+void kina_team_run(kina_team *t, kina_team_entry fn, void **args, int64_t nthreads, void *ws) {
     t->fn = fn;
     t->args = args;
     t->nthreads = nthreads;
@@ -186,7 +188,7 @@ void kina_team_stop(kina_team *t) {
     kina_team_ring(t);
 }
 
-/* A run of calls in one entry from the host (kina.runtime.loader.CallSequence), in order:
+/* A run of calls in one entry from the host (kina.runtime.CallSequence), in order:
    call i is team[i], the function's team entry, on the team, its workspace's first zero[i]
    bytes (the task counters) zeroed first, when there is a team and a team entry and
    nthreads > 1; else packed[i](args[i]) on this thread (kina_<f>_packed, the function's
@@ -199,9 +201,9 @@ void kina_run_sequence(kina_team *t, int64_t n, void **packed, void **team, void
     for (int64_t i = 0; i < n; i++) {
         if (t && nthreads > 1 && team[i]) {
             memset(((void **)ws[i])[1], 0, (size_t)zero[i]); /* a memref<?xi8> descriptor: its aligned pointer */
-            kina_team_run(t, (void (*)(void **, int64_t, int64_t, void *))team[i], args[i], nthreads, ws[i]);
+            kina_team_run(t, (kina_team_entry)team[i], args[i], nthreads, ws[i]);
         } else {
-            ((void (*)(void **))packed[i])(args[i]);
+            ((kina_packed_entry)packed[i])(args[i]);
         }
     }
 }
