@@ -174,17 +174,18 @@ def _check_size(ty: TensorType, loc: Loc) -> None:
 
     Each dim's constant part is bounded on its own too, so a 0 elsewhere in the
     shape cannot hide a dim that overflows int64."""
-    itemsize = DTYPE_BYTES[ty.dtype] / BLOCKS.get(ty.dtype, (1,))[0]
+    block, size = BLOCKS.get(ty.dtype, (1, DTYPE_BYTES[ty.dtype]))
+    nbytes = lambda n: n * size // block  # noqa: E731
     limit = f"more than the {MAX_TENSOR_BYTES >> 30} GiB Kina allows for one tensor"
     elements = 1
     for i, d in enumerate(ty.dims):
-        if d.const * itemsize > MAX_TENSOR_BYTES:
+        if nbytes(d.const) > MAX_TENSOR_BYTES:
             raise KinaError(loc, f"dim {i} of tensor {ty.shape_str()} is too large for memory: "
-                                 f"{d.const} {ty.dtype} elements need {int(d.const * itemsize)} bytes, {limit}")
+                                 f"{d.const} {ty.dtype} elements need {nbytes(d.const)} bytes, {limit}")
         elements *= d.const if d.is_static else 1
-    if elements * itemsize > MAX_TENSOR_BYTES:
+    if nbytes(elements) > MAX_TENSOR_BYTES:
         what = "needs" if ty.is_static else "needs at least"
-        raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {int(elements * itemsize)} bytes, {limit}")
+        raise KinaError(loc, f"tensor {ty.shape_str()} of {ty.dtype} {what} {nbytes(elements)} bytes, {limit}")
 
 
 class _FunctionChecker(OpRules):

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from . import ast, ops
 from ..errors import KinaError, Loc
-from .types import DTYPES, Dim, TensorType, nearest
+from .types import BLOCKS, DTYPES, Dim, TensorType, nearest
 
 ELEMENTWISE_OPS = ops.listing([op.shown for op in ops.OPS if op.family == "elementwise"])
 
@@ -334,7 +334,8 @@ class OpRules:
             params = [p.name for p in self.fn.type_params]
             also = f" or a type parameter of {self.fn.name} ({ops.listing(params)})" if params else ""
             raise KinaError(e.dtype_loc or e.loc,
-                            f"convert: unknown dtype '{e.dtype}': expected one of {', '.join(DTYPES)}{also}{hint}")
+                            f"convert: unknown dtype '{e.dtype}': expected one of {', '.join(d for d in DTYPES if d not in BLOCKS)}"
+                            f"{also}{hint}")
         result = TensorType(dtype, t.dims, t.placement)
         if result.is_blocked:
             raise KinaError(e.dtype_loc or e.loc, f"convert: to {dtype}, a block format, is not defined: quantizing is "

@@ -163,14 +163,19 @@ class TensorType:
         block, size = BLOCKS.get(self.dtype, (1, DTYPE_BYTES[self.dtype]))
         return n // block * size
 
-    def storage_dims(self) -> tuple["Dim", ...]:
+    def storage_dims(self, layout: str | None = None) -> tuple["Dim", ...]:
         """The dims of what holds it: its own, or a block format's bytes [..., N, K / block * size]
-        (GGUF's rows: each of the N columns a run of the K / block blocks along dim -2)."""
+        (GGUF's rows: each of the N columns a run of the K / block blocks along dim -2); in the
+        layout "tiled16" (fuse-dequant-matmul's), [..., N / 16, K / block * size * 16]."""
         if not self.is_blocked:
             return self.dims
         block, size = BLOCKS[self.dtype]
         *batch, K, N = self.dims
-        return (*batch, N, Dim(K.const // block * size))
+        row = K.const // block * size
+        if layout is None:
+            return (*batch, N, Dim(row))
+        tile = int(layout.removeprefix("tiled"))
+        return (*batch, Dim(N.const // tile), Dim(row * tile))
 
     def to_json(self) -> dict:
         return {"dtype": self.dtype, "dims": [str(d) for d in self.dims], "placement": self.placement}
@@ -192,16 +197,30 @@ class Signature:
     params: tuple[tuple[str, TensorType], ...]
     results: tuple[TensorType, ...]
     temporaries: tuple[TensorType, ...] = ()
+    layouts: tuple[tuple[str, str], ...] = ()  # a block-quantized parameter's bytes' layout, if not GGUF's rows
+
+    def layout(self, param: str) -> str | None:
+        return dict(self.layouts).get(param)
+
+    def storage_types(self) -> tuple[TensorType, ...]:
+        """Each parameter's type as the compiled code takes it: a block format's, its bytes'
+        dims in its layout (`TensorType.storage_dims`), the dtype kept (its NumPy one is uint8)."""
+        return tuple(TensorType(t.dtype, t.storage_dims(self.layout(n)), t.placement) if t.is_blocked else t
+                     for n, t in self.params)
 
     def to_json(self) -> dict:
-        return {"name": self.name,
-                "params": [{"name": n, **t.to_json()} for n, t in self.params],
-                "results": [t.to_json() for t in self.results],
-                "temporaries": [t.to_json() for t in self.temporaries]}
+        out = {"name": self.name,
+               "params": [{"name": n, **t.to_json()} for n, t in self.params],
+               "results": [t.to_json() for t in self.results],
+               "temporaries": [t.to_json() for t in self.temporaries]}
+        if self.layouts:
+            out["layouts"] = dict(self.layouts)
+        return out
 
     @staticmethod
     def from_json(obj: dict) -> "Signature":
         return Signature(obj["name"], tuple((p["name"], TensorType.from_json(p)) for p in obj["params"]),
                          tuple(TensorType.from_json(r) for r in obj["results"]),
-                         tuple(TensorType.from_json(t) for t in obj.get("temporaries", ())))
+                         tuple(TensorType.from_json(t) for t in obj.get("temporaries", ())),
+                         tuple(sorted(obj.get("layouts", {}).items())))
 

@@ -115,6 +115,8 @@ class Sym:
                           lambda v: arith.RemUIOp(v, _index(o)).result)
 
     def __lt__(self, o):
+        if self._value_of is None:  # only recording the offsets read: no value to compare
+            return _Recorder._Any()
         return Val(arith.CmpIOp(arith.CmpIPredicate.ult, self._value_of(), _index(o)).result)
 
     def as_i32(self, like: ir.Type) -> ir.Value:

@@ -179,23 +179,27 @@ class Decoder(Generator):
         else:
             self._head = w["head"]
         self._model_weights = {"norm": w["norm"], "head": self._head}
-        self._kernels = self._compile()
+        # one build per distinct set of weight dtypes (a Q4_K_M file's layers mix Q4_K and Q6_K; each
+        # build is made once: _program is cached); the head runs layer 0's
+        self._layer_kernels = [self._compile(self._type_params(i)) for i in range(c.n_layers)]
+        self._kernels = self._layer_kernels[0]
 
-    def _type_params(self) -> dict[str, str]:
-        """The kernel's type parameters, from what is bound to them (see the module doc)."""
+    def _type_params(self, layer: int) -> tuple:
+        """The kernel's type parameters for `layer`'s weights and the head, from what is bound to
+        them (see the module doc)."""
         values = {"T": KINA_DTYPES[self.dtype], "W": norm_dtype(KINA_DTYPES[self.dtype])}
         declared = kernel_params(self.family.kernel)
-        bound = {**self._layer_weights[0], **self._model_weights}
+        bound = {**self._layer_weights[layer], **self._model_weights}
         for fn, params in declared.items():
             for name, dtype in params.items():
                 if name in bound and dtype not in KINA_DTYPES.values() and dtype not in values:
                     values[dtype] = dtype_name(bound[name])
-        return values
+        return tuple(sorted(values.items()))
 
-    def _compile(self):
+    def _compile(self, type_params: tuple):
         largest = max(a.nbytes for a in [*self._layer_weights[0].values(), self._head])
         dims = self.family.dims(self.config)
-        return _program(self.family.kernel, tuple(sorted(self._type_params().items())), tuple(sorted(dims.items())),
+        return _program(self.family.kernel, type_params, tuple(sorted(dims.items())),
                         self.fma, largest >= THREADED_MIN_WEIGHT_BYTES, self.pass_options)
 
     def _arguments(self, fn, inputs: dict, layer: int | None, env: dict[str, int]) -> list[np.ndarray]:
@@ -203,11 +207,14 @@ class Decoder(Generator):
         sources = (inputs, self._constants, self._layer_weights[layer] if layer is not None else {},
                    self._model_weights)
         out = []
-        for name, t in fn.signature.params:
+        for i, (name, t) in enumerate(fn.signature.params):
             a = next((s[name] for s in sources if name in s), None)
             if a is None:
                 raise ValueError(f"{self.family.kernel}: {fn.signature.name}: parameter {name!r} has nothing to bind to: "
                                  f"not a weight of family {self.family.name!r}, a constant or a call input")
+            if isinstance(a, QuantizedArray):  # its bytes, in the layout the build chose
+                out.append(fn.storage_of(i, a))
+                continue
             shape = tuple(d.evaluate(env) for d in t.dims)
             out.append(a if a.shape == shape else a.reshape(shape))
         return out
@@ -222,9 +229,9 @@ class Decoder(Generator):
         inputs = {"x": x, "cos": self._cos[start:start + P], "sin": self._sin[start:start + P],
                   "k_past": k_past, "v_past": v_past}
         if P == 1:
-            fn = self._kernels.decoder_step
+            fn = self._layer_kernels[i].decoder_step
         else:
-            fn = self._kernels.decoder_prefill
+            fn = self._layer_kernels[i].decoder_prefill
             inputs["mask"] = causal_mask(S, P, self.dtype)
         fn.call_unchecked(self._arguments(fn, inputs, i, {"S": S, "P": P}), outs, self._threads())
 
@@ -302,9 +309,10 @@ class Decoder(Generator):
         R = c.head_dim // 2
         xs = [runtime.empty((1, 1, c.d_model), dt) for _ in range(L + 1)]
         cos, sin = runtime.empty((1, R), dt), runtime.empty((1, R), dt)
-        step, env = self._kernels.decoder_step, {"S": self.max_seq_len - 1, "P": 1}
+        env = {"S": self.max_seq_len - 1, "P": 1}
         steps = []
         for i in range(L):
+            step = self._layer_kernels[i].decoder_step
             inputs = {"x": xs[i], "cos": cos, "sin": sin, "k_past": cache._k[i], "v_past": cache._v[i]}
             args = self._arguments(step, inputs, i, {**env, "S": self.max_seq_len})
             steps.append(step.prepare(args, [cache._k[i], cache._v[i], xs[i + 1]], dims=("S",)))

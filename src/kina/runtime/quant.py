@@ -141,6 +141,17 @@ def quantized(values: np.ndarray, dtype: str) -> QuantizedArray:
     return QuantizedArray(dtype, values.shape, np.ascontiguousarray(data, np.uint8))
 
 
+def storage(a: QuantizedArray, layout: str | None) -> np.ndarray:
+    """`a`'s bytes as a function whose parameter takes `layout` wants them: GGUF's rows (None),
+    or "tiled16", [..., N / 16, row bytes * 16] (`tiled`, made once)."""
+    if layout is None:
+        return a.data
+    if layout != f"tiled{TILE}":
+        raise ValueError(f"layout: {layout!r} is not one Kina's runtime makes (None or 'tiled{TILE}')")
+    t = a.tiled()
+    return t.reshape(*t.shape[:-2], t.shape[-2] * t.shape[-1])
+
+
 def nbytes(dtype: str, shape) -> int:
     """Bytes of a tensor of `dtype` and logical `shape`."""
     return dtypes.by_name(dtype).nbytes(math.prod(shape))

@@ -33,8 +33,10 @@ from .copies_to_linalg import CopiesToLinalg
 from .exp_to_arith import ExpToArith
 from .fence_nontemporal import FenceNontemporal
 from .fuse_concat_matmul import FuseConcatMatmul
+from .fuse_dequant_matmul import FuseDequantMatmul
 from .in_place_copies import InPlaceCopies
 from .matmul_loops import MatmulLoops
+from .quantized_matmul_loops import QuantizedMatmulLoops
 from .reuse_dying_operands import ReuseDyingOperands
 from .split_k import SplitK
 from .sum_loops import SumLoops
@@ -46,6 +48,7 @@ Pass = KinaPass | UpstreamPass
 
 PASSES: tuple[Pass, ...] = (
     FuseConcatMatmul(),
+    FuseDequantMatmul(),
     ReuseDyingOperands(),
     Abi(),
     UpstreamPass("bufferize", "one-shot bufferization: tensors to memrefs, in place where it can",
@@ -55,6 +58,7 @@ PASSES: tuple[Pass, ...] = (
     SplitK(),
     Threads(),
     InPlaceCopies(),
+    QuantizedMatmulLoops(),
     MatmulLoops(),
     SumLoops(),
     BroadcastLoops(),

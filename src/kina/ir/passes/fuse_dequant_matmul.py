@@ -61,7 +61,8 @@ class FuseDequantMatmul(KinaPass):
             found = [p for op in _walk(fn) if (p := _pair(op)) is not None]
             if not found:
                 continue
-            tiled = self._tileable(fn, found)
+            with fn.location:
+                tiled = self._tileable(fn, found)
             for matmul, deq, collapse in found:
                 with ir.InsertionPoint(matmul.operation), matmul.location:
                     fused = _fuse(matmul, deq, tiled.get(_source(deq)), self.tile)

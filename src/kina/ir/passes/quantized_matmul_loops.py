@@ -79,13 +79,15 @@ class VectorBytes:
         self.kb_base = arith.MulIOp(kb, index(size)).result
 
     def _bytes(self, off) -> ir.Value:
-        key = off if isinstance(off, int) else id(off)
-        if key not in self.loaded:
-            o = index(off) if isinstance(off, int) else off.value_of()
-            col = arith.MulIOp(arith.AddIOp(self.kb_base, o).result, index(LANES)).result
-            vt = ir.VectorType.get([LANES], ir.IntegerType.get_signless(8))
-            self.loaded[key] = vector.LoadOp(vt, self.w, [self.row, col]).result
-        return self.loaded[key]
+        if isinstance(off, int) and off in self.loaded:  # a dynamic offset is loaded again (LLVM merges those)
+            return self.loaded[off]
+        o = index(off) if isinstance(off, int) else off.value_of()
+        col = arith.MulIOp(arith.AddIOp(self.kb_base, o).result, index(LANES)).result
+        vt = ir.VectorType.get([LANES], ir.IntegerType.get_signless(8))
+        loaded = vector.LoadOp(vt, self.w, [self.row, col]).result
+        if isinstance(off, int):
+            self.loaded[off] = loaded
+        return loaded
 
     def _i32(self):
         return ir.VectorType.get([LANES], ir.IntegerType.get_signless(32))
@@ -133,7 +135,7 @@ class V:
             return o.value
         t = self.value.type
         elt = ir.VectorType(t).element_type
-        if isinstance(o, Sym):
+        if isinstance(o, (Sym, _Index)):
             return o.as_i32(t)
         return vector.BroadcastOp(t, arith.ConstantOp(elt, o).result).result
 
