@@ -133,14 +133,15 @@ class V:
     def _of(self, o) -> ir.Value:
         if isinstance(o, V):
             return o.value
-        t = self.value.type
+        t = self.product[0].type if self._value is None else self._value.type
         elt = ir.VectorType(t).element_type
         if isinstance(o, (Sym, _Index)):
             return o.as_i32(t)
         return vector.BroadcastOp(t, arith.ConstantOp(elt, o).result).result
 
     def _float(self) -> bool:
-        return not isinstance(ir.VectorType(self.value.type).element_type, ir.IntegerType)
+        t = self.product[0].type if self._value is None else self._value.type  # a product stays unmade
+        return not isinstance(ir.VectorType(t).element_type, ir.IntegerType)
 
     def __and__(self, o): return V(arith.AndIOp(self.value, self._of(o)).result)  # noqa: E704
     def __or__(self, o): return V(arith.OrIOp(self.value, self._of(o)).result)  # noqa: E704

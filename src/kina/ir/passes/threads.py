@@ -741,8 +741,10 @@ def _loop_dims(op) -> tuple[int, list[str]]:
 def _plan(op, opts: "Threads"):
     """How to split `op`: (loop dim, [(operand index, value, result position or None)], extent source,
     align, bytes known statically or None); None to run it on thread 0 alone."""
-    if op.name == "linalg.generic" and any(o.name == "linalg.index" for o in _walk(op)):
-        return None
+    # a loop whose index the body reads (linalg.index) is not cut: a part would see its own
+    # indices from 0 (a fused quantized matmul reads only its reduction loops' indices)
+    indexed = {ir.IntegerAttr(o.attributes["dim"]).value for o in _walk(op) if o.name == "linalg.index"} \
+        if op.name == "linalg.generic" else set()
     n_loops, iterators = _loop_dims(op)
     operands = _operands_and_maps(op)
     if any(0 in ir.MemRefType(v.type).shape for _, v, _ in operands):
@@ -752,7 +754,7 @@ def _plan(op, opts: "Threads"):
         return None
     candidates = []
     for d in range(n_loops):
-        if iterators[d] != "parallel":
+        if iterators[d] != "parallel" or d in indexed:
             continue
         where, ok = [], True
         for k, v, m in operands:
