@@ -36,7 +36,7 @@ from mlir.dialects import arith, math, memref, vector
 
 from ... import dtypes
 from ..blocks import Sym
-from ..irbuild import index
+from ..irbuild import DYN, index
 from ._pass import KinaPass, option
 from ._util import NO_MATCH, apply_patterns, dim, iterators_of, loop, nest
 from .fuse_dequant_matmul import QUANTIZED
@@ -76,7 +76,16 @@ class VectorBytes:
     def __init__(self, w, row, kb, size: int):
         self.w, self.row, self.kb, self.size = w, row, kb, size
         self.loaded: dict = {}
+        self.made: dict = {}  # (what, static offset) -> its value: each field widened once a block
         self.kb_base = arith.MulIOp(kb, index(size)).result
+
+    def _once(self, what: str, off, make):
+        if not isinstance(off, int):
+            return make()
+        key = (what, off)
+        if key not in self.made:
+            self.made[key] = make()
+        return self.made[key]
 
     def _bytes(self, off) -> ir.Value:
         if isinstance(off, int) and off in self.loaded:  # a dynamic offset is loaded again (LLVM merges those)
@@ -93,17 +102,19 @@ class VectorBytes:
         return ir.VectorType.get([LANES], ir.IntegerType.get_signless(32))
 
     def u8(self, off):
-        return V(arith.ExtUIOp(self._i32(), self._bytes(off)).result)
+        return self._once("u8", off, lambda: V(arith.ExtUIOp(self._i32(), self._bytes(off)).result))
 
     def i8(self, off):
-        return V(arith.ExtSIOp(self._i32(), self._bytes(off)).result)
+        return self._once("i8", off, lambda: V(arith.ExtSIOp(self._i32(), self._bytes(off)).result))
 
     def f16(self, off):
-        lo, hi = self.u8(off), self.u8(off + 1)
-        i16 = ir.VectorType.get([LANES], ir.IntegerType.get_signless(16))
-        bits = arith.TruncIOp(i16, (lo | (hi << 8)).value).result
-        h = arith.BitcastOp(ir.VectorType.get([LANES], ir.F16Type.get()), bits).result
-        return V(arith.ExtFOp(ir.VectorType.get([LANES], ir.F32Type.get()), h).result)
+        def make():
+            lo, hi = self.u8(off), self.u8(off + 1)
+            i16 = ir.VectorType.get([LANES], ir.IntegerType.get_signless(16))
+            bits = arith.TruncIOp(i16, (lo | (hi << 8)).value).result
+            h = arith.BitcastOp(ir.VectorType.get([LANES], ir.F16Type.get()), bits).result
+            return V(arith.ExtFOp(ir.VectorType.get([LANES], ir.F32Type.get()), h).result)
+        return self._once("f16", off, make)
 
     @staticmethod
     def float(q):
@@ -267,14 +278,25 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
         """n rounded down to a multiple of m."""
         return arith.SubIOp(n, arith.RemUIOp(n, index(m)).result).result
 
+    i_static, nt_static = out_t.shape[nb], out_t.shape[nb + 1]
+
     def per_batch(b):
         def rows_from(i0, n_rows):
-            t_main = rest(NT, options.tiles)
-            loop(zero, t_main, index(options.tiles), lambda t0: step(b, i0, n_rows, t0, options.tiles))
-            loop(t_main, NT, one, lambda t0: step(b, i0, n_rows, t0, 1))
-        i_main = rest(I, options.rows)
-        loop(zero, i_main, index(options.rows), lambda i0: rows_from(i0, options.rows))
-        loop(i_main, I, one, lambda i0: rows_from(i0, 1))
+            # whole steps of `tiles` tiles, then one at a time (none of either when NT is static and says so)
+            if nt_static == DYN or nt_static >= options.tiles:
+                t_main = rest(NT, options.tiles) if nt_static == DYN or nt_static % options.tiles else NT
+                loop(zero, t_main, index(options.tiles), lambda t0: step(b, i0, n_rows, t0, options.tiles))
+            else:
+                t_main = zero
+            if nt_static == DYN or nt_static % options.tiles:
+                loop(t_main, NT, one, lambda t0: step(b, i0, n_rows, t0, 1))
+        if i_static == DYN or i_static >= options.rows:  # a decode step's one row: no tile of rows
+            i_main = rest(I, options.rows) if i_static == DYN or i_static % options.rows else I
+            loop(zero, i_main, index(options.rows), lambda i0: rows_from(i0, options.rows))
+        else:
+            i_main = zero
+        if i_static == DYN or i_static % options.rows:
+            loop(i_main, I, one, lambda i0: rows_from(i0, 1))
 
     nest(batch, per_batch)
     del x_elt
