@@ -115,8 +115,9 @@ def _param_names(fn) -> list[str]:
     """The parameters' names, from their name locations (as kina.ir.lower gives them)."""
     names = []
     for a in fn.regions[0].blocks[0].arguments:
-        text = str(a.location)
-        names.append(text.split('"')[1] if text.startswith('loc("') else f"arg{a.arg_number}")
+        text = str(a.location)  # a name location prints loc("name"(...)), a file's loc("file":line:col)
+        named = text.startswith('loc("') and text[5:].split('"', 1)[1].startswith("(")
+        names.append(text.split('"')[1] if named else f"arg{a.arg_number}")
     return names
 
 
