@@ -13,7 +13,7 @@
 // CHECK:         %[[Y3:.+]] = linalg.generic
 // CHECK-SAME:      iterator_types = ["parallel", "parallel", "reduction", "reduction", "parallel"]
 // CHECK-SAME:      ins(%[[X3]], %[[W]], %[[W]], %[[W]], %[[W]], %[[W]] :
-// CHECK-SAME:      kina.quantized = "Q4_1"
+// CHECK-SAME:      kina.quantized = "Q4_1", kina.tiled
 // CHECK:           arith.sitofp
 // CHECK-NEXT:      %[[DQ:.+]] = arith.mulf
 // CHECK-NEXT:      %[[W1:.+]] = arith.addf %[[DQ]]

@@ -44,7 +44,7 @@ module attributes {kina.layouts = {project = {w = "tiled16"}}} {
     linalg.fill ins(%cst : f32) outs(%alloc : memref<1x32xf32>)
     %expand_shape = memref.expand_shape %x [[0], [1, 2]] output_shape [1, 2, 32] : memref<1x64xf32, strided<[?, 1], offset: ?>> into memref<1x2x32xf32, strided<[?, 32, 1], offset: ?>>
     %expand_shape_0 = memref.expand_shape %alloc [[0], [1, 2]] output_shape [1, 2, 16] : memref<1x32xf32> into memref<1x2x16xf32>
-    linalg.generic {indexing_maps = [#map, #map1, #map2, #map3, #map4, #map5, #map6], iterator_types = ["parallel", "parallel", "reduction", "reduction", "parallel"]} ins(%expand_shape, %w, %w, %w, %w, %w : memref<1x2x32xf32, strided<[?, 32, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>) outs(%expand_shape_0 : memref<1x2x16xf32>) attrs =  {kina.quantized = "Q4_1"} {
+    linalg.generic {indexing_maps = [#map, #map1, #map2, #map3, #map4, #map5, #map6], iterator_types = ["parallel", "parallel", "reduction", "reduction", "parallel"]} ins(%expand_shape, %w, %w, %w, %w, %w : memref<1x2x32xf32, strided<[?, 32, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>, memref<2x640xi8, strided<[?, 1], offset: ?>>) outs(%expand_shape_0 : memref<1x2x16xf32>) attrs =  {kina.quantized = "Q4_1", kina.tiled} {
     ^bb0(%in: f32, %in_1: i8, %in_2: i8, %in_3: i8, %in_4: i8, %in_5: i8, %out: f32):
       %0 = arith.extui %in_1 : i8 to i32
       %1 = linalg.index 3 : index

@@ -44,6 +44,7 @@ from ._pass import KinaPass, option
 from ._util import functions, iterators_of, maps_of, matmul_form
 
 QUANTIZED = "kina.quantized"  # a string attribute: the format a fused quantized matmul reads
+TILED = "kina.tiled"  # a unit attribute: the fused matmul reads its weight's 16-column tiles
 LAYOUTS = "kina.layouts"  # a module attribute: {function: {parameter: layout}}
 
 
@@ -196,6 +197,7 @@ def _fuse(matmul, deq, tiled_type, tile: int) -> ir.Value:
     fused.owner.attributes[QUANTIZED] = ir.StringAttr.get(fmt.name)
     if tiled_type is None:
         return fused
+    fused.owner.attributes[TILED] = ir.UnitAttr.get()
     return tensor.CollapseShapeOp(acc.type, fused,
                                   _groups([[a] for a in range(rank - 1)] + [[rank - 1, rank]])).result
 

@@ -40,7 +40,7 @@ from ..blocks import Sym
 from ..irbuild import DYN, index
 from ._pass import KinaPass, option
 from ._util import NO_MATCH, apply_patterns, dim, iterators_of, loop, nest
-from .fuse_dequant_matmul import QUANTIZED
+from .fuse_dequant_matmul import QUANTIZED, TILED
 
 LANES = 16  # columns of a tile: one vector<16xf32> of sums
 
@@ -61,9 +61,8 @@ class QuantizedMatmulLoops(KinaPass):
 
     def run(self, module_op) -> None:
         def pattern(op, rewriter):
-            if QUANTIZED not in op.attributes or len(iterators_of(op)) != ir.MemRefType(
-                    list(op.outputs)[0].type).rank + 2:
-                return NO_MATCH  # not tiled (the output has no [.., N / 16, 16] form): left as it is
+            if QUANTIZED not in op.attributes or TILED not in op.attributes:
+                return NO_MATCH  # not tiled (GGUF's rows): left to convert-linalg-to-loops
             if not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
                 return NO_MATCH
             with rewriter.ip, op.location:
