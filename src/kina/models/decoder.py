@@ -183,6 +183,26 @@ class Decoder(Generator):
         # build is made once: _program is cached); the head runs layer 0's
         self._layer_kernels = [self._compile(self._type_params(i)) for i in range(c.n_layers)]
         self._kernels = self._layer_kernels[0]
+        self._settle_weights()
+
+    def _settle_weights(self) -> None:
+        """Each block-quantized weight held only in the layout its builds read it in (their
+        sidecars' `layouts`): a memory-mapped file's rows are dropped as each is tiled."""
+        if self._kernels is None:
+            return
+        wanted: dict[int, set] = {}
+        for i, builds in enumerate(self._layer_kernels):
+            for fn in (builds.decoder_step, builds.decoder_prefill):
+                for name, a in self._layer_weights[i].items():
+                    if isinstance(a, QuantizedArray):
+                        wanted.setdefault(id(a), set()).add(fn.signature.layout(name))
+        head = self._kernels.logits.signature.layout("head")
+        if isinstance(self._head, QuantizedArray):
+            wanted.setdefault(id(self._head), set()).add(head)
+        for a in [*(a for w in self._layer_weights for a in w.values()), self._head]:
+            layouts = wanted.get(id(a))
+            if layouts is not None and len(layouts) == 1:
+                a.settle(layouts.pop())
 
     def _type_params(self, layer: int) -> tuple:
         """The kernel's type parameters for `layer`'s weights and the head, from what is bound to
@@ -246,7 +266,7 @@ class Decoder(Generator):
         """The embedding rows of `tokens`, [1, P, D] in the model's dtype (times `embed_scale`)."""
         table = self.weights["embed"]
         if isinstance(table, QuantizedArray):  # its columns are the rows of the table: one run of blocks each
-            x = dequantize_blocks(table.data[list(tokens)], table.dtype).reshape(1, len(tokens), -1)
+            x = dequantize_blocks(table.row_bytes(list(tokens)), table.dtype).reshape(1, len(tokens), -1)
             x = x.astype(self.dtype, copy=False)
         else:
             x = table[list(tokens)][None].astype(self.dtype, copy=False)
