@@ -145,5 +145,5 @@ def test_the_models_never_import_the_apps():
     assert any(e.startswith("kina.models") for e in graph["kina.apps.decoding"])
     assert [(m, e) for m, edges in graph.items() if not m.startswith("kina.apps") for e in edges
             if e.startswith("kina.apps")] == []
-    proc = import_blocked(modules("kina.apps"), ("starlette", "uvicorn"))
+    proc = import_blocked([m for m in modules("kina.apps") if not m.endswith("__main__")], ("starlette", "uvicorn"))
     assert proc.returncode == 0, proc.stderr
