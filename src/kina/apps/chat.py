@@ -19,7 +19,6 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import secrets
 import signal
 import sys
 
@@ -42,8 +41,6 @@ STOPPED = {"length": "--max-new-tokens reached", "context": "the context is full
 def run(args, status) -> int:
     program = "kina chat"
     sampler = cli.sampler(args, program)
-    if sampler.temperature and args.seed is None:
-        sampler = type(sampler)(sampler.temperature, sampler.top_k, sampler.top_p, secrets.randbelow(1 << 31))
     model = cli.load(args, status, program, defer=True)
     if model.template is None:
         raise TemplateError(no_template(model.path))

@@ -18,6 +18,7 @@ the commands share (docs/serving.md):
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -148,9 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except MemoryError as e:
         status.clear()
-        print(f"{program}: error: out of memory{f' ({e})' if str(e) else ''}: the context "
-              f"{'--ctx-size ' + str(args.ctx_size) if args.ctx_size else '(the model’s)'} may be too large "
-              "for this machine; pass a smaller --ctx-size", file=sys.stderr)
+        context = f"--ctx-size {args.ctx_size}" if args.ctx_size else "the model's context (the default)"
+        print(f"{program}: error: out of memory ({e or 'MemoryError'}): {context} may need more than this machine "
+              "has; pass a smaller --ctx-size", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         status.clear()
@@ -166,7 +167,8 @@ def warn(program: str, message: str, status: Status | None = None) -> None:
 
 def sampler(args, program: str) -> Sampler:
     """The sampling flags as a Sampler, checked, errors naming the flags; a warning for flags that
-    act only when sampling but came without --temperature."""
+    act only when sampling but came without --temperature; sampling without --seed draws one
+    (reported, so that the run can be repeated)."""
     try:
         s = Sampler(args.temperature, args.top_k, args.top_p, args.seed)
     except ValueError as e:
@@ -178,6 +180,8 @@ def sampler(args, program: str) -> Sampler:
         if idle:
             warn(program, f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect without --temperature: "
                           "generation is greedy; add --temperature T (for example 0.8) to sample")
+    elif s.seed is None:
+        s = Sampler(s.temperature, s.top_k, s.top_p, secrets.randbelow(1 << 31))
     return s
 
 

@@ -15,7 +15,6 @@ A model whose first token ends its turn says so, and what to try.
 from __future__ import annotations
 
 import json
-import secrets
 import sys
 
 from . import cli
@@ -29,8 +28,6 @@ REASONS = {"eos": "the model ended its turn{token}", "length": "--max-new-tokens
 def run(args, status) -> int:
     program = "kina generate"
     sampler = cli.sampler(args, program)
-    if sampler.temperature and args.seed is None:
-        sampler = type(sampler)(sampler.temperature, sampler.top_k, sampler.top_p, secrets.randbelow(1 << 31))
     if args.system is not None and not args.chat:
         raise cli.UsageError("--system: needs --chat")
     model = cli.load(args, status, program, defer=True)
