@@ -141,21 +141,26 @@ def _health(port):
     return json.loads(request(port, "GET", "/health")[1])
 
 
-def _open_stream(port, body):
+def _open_stream(port, body, stream=True):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}),
+    conn.request("POST", "/v1/completions", body=json.dumps({**body, "stream": stream}),
                  headers={"Content-Type": "application/json"})
-    return conn, conn.getresponse()
+    return conn, conn.getresponse() if stream else None
 
 
-def test_a_client_that_disconnects_stops_its_generation(server, model):
+@pytest.mark.parametrize("stream", [True, False], ids=["mid-stream", "waiting"])
+def test_a_client_that_disconnects_stops_its_generation(server, model, stream):
     body = {"prompt": [5, 17, 2, 88], "max_tokens": 1500, "temperature": 0}
-    full = model.generate([5, 17, 2, 88], max_new_tokens=1500)
-    assert full.finish_reason == "length"  # undisturbed, it would make all 1500
+    if stream:
+        full = model.generate([5, 17, 2, 88], max_new_tokens=1500)
+        assert full.finish_reason == "length"  # undisturbed, it would make all 1500
     before = _health(server)["tokens_generated"]
-    conn, r = _open_stream(server, body)
-    assert r.status == 200 and r.readline().startswith(b"data: ")
-    conn.sock.close()  # gone, mid-stream
+    conn, r = _open_stream(server, body, stream)
+    if stream:
+        assert r.status == 200 and r.readline().startswith(b"data: ")
+    else:
+        time.sleep(0.05)
+    conn.sock.close()  # gone
     conn.close()
     for _ in range(200):
         h = _health(server)

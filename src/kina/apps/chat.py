@@ -23,7 +23,7 @@ import signal
 import sys
 
 from . import cli
-from .decoding import ContextError, no_template
+from .decoding import PREFILL_CHUNK, ContextError, no_template
 from .session import ChatSession, SessionError
 from .template import TemplateError
 
@@ -70,20 +70,21 @@ def run(args, status) -> int:
                     if _command(line, session, out) == "exit":
                         return 0
                     continue
-                _turn(session, line, sampler, args, out, err)
+                _turn(session, line, sampler, args, out, err, status)
             except (ContextError, TemplateError, SessionError, OSError, ValueError) as e:
                 err.write(f"{program}: error: {e}\n")
 
 
-def _turn(session: ChatSession, line: str, sampler, args, out, err) -> None:
+def _turn(session: ChatSession, line: str, sampler, args, out, err, status) -> None:
     reply = session.ask(line, sampler, max_new_tokens=args.max_new_tokens, stop=args.stop)
     stop = []
     with _handler(lambda *_: stop.append(True)):  # Ctrl-C: end the reply between two steps
         while not reply.done:
-            if stop:
-                piece = reply.finish("interrupted")
-            else:
-                piece = reply.advance()
+            if reply.prefilled < len(reply.to_prefill) and len(reply.to_prefill) > PREFILL_CHUNK:
+                status.show(f"prefill {reply.prefilled}/{len(reply.to_prefill)} tokens")
+            piece = reply.finish("interrupted") if stop else reply.advance()
+            if reply.out.ids or reply.done:
+                status.clear()
             if piece:
                 out.write(piece)
                 out.flush()

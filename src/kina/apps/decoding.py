@@ -44,6 +44,9 @@ from .template import ChatTemplate, TemplateError
 
 PREFILL_CHUNK = 256  # prompt tokens per prefill call: progress, and other replies, between two
 FINISH_REASONS = ("eos", "length", "stop", "context", "interrupted")
+# A GGUF file's block-quantized matrices are dequantized to F32 when no weight_dtype is given, until
+# the runtime runs block formats natively (being built: then this becomes False, and they stay blocks).
+DEQUANTIZE_GGUF = True
 OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "interrupted": "stop"}
 
 
@@ -225,8 +228,8 @@ class Pretrained:
         self.max_seq_len = max_seq_len or self.context
         self.text = checkpoints.load_text(self.path)
         self.template = self._template(chat_template)
-        if weight_dtype is None and self.path.is_file() and not kernels_take_blocks():
-            weight_dtype = np.float32  # a GGUF file's quantized blocks, dequantized until the kernels take them
+        if weight_dtype is None and self.path.is_file() and DEQUANTIZE_GGUF:
+            weight_dtype = np.float32
         self.model = None
         self._options = dict(dtype=dtype, allow_nonfinite=allow_nonfinite, fma=fma, weight_dtype=weight_dtype,
                              threads=threads)
@@ -299,13 +302,6 @@ class Pretrained:
             if piece and on_text is not None:
                 on_text(piece)
         return reply.completion
-
-
-def kernels_take_blocks() -> bool:
-    """Whether the compiler takes block-quantized weights (kina.dtypes.BLOCKED) as kernel dtypes."""
-    from .. import dtypes
-    from ..frontend.types import DTYPES
-    return set(dtypes.BLOCKED) <= set(DTYPES)
 
 
 def no_template(path) -> str:

@@ -14,8 +14,8 @@ Out: an HTTP server until Ctrl-C:
 Guarantees: requests are checked before they are queued (kina.apps.protocol: OpenAI's error
 object, status 400/404/413), then run by the scheduler's one model thread (kina.apps.scheduler:
 a bounded queue, 503 past it; slots decoded a step each in turn, each on its own cache), so
-concurrent requests never share a cache. A client that disconnects mid-stream cancels its
-request: its generation stops at its next step. Sampling follows the request (`temperature`
+concurrent requests never share a cache. A client that disconnects (mid-stream, or waiting for
+a whole answer) cancels its request: its generation stops at its next step. Sampling follows the request (`temperature`
 defaults to 1, as OpenAI's does; 0 is greedy); the `seed` given makes it repeatable.
 """
 from __future__ import annotations
@@ -99,14 +99,22 @@ def make_app(model: Pretrained, scheduler: Scheduler, name: str):
         if p.stream:
             return EventStream(stream(events, chat, rid, p.include_usage), job)
         try:
+            checked = time.monotonic()
             while True:
-                kind, value = await events.get()
+                try:
+                    kind, value = await asyncio.wait_for(events.get(), 0.1)
+                except asyncio.TimeoutError:
+                    kind = None
+                if time.monotonic() - checked > 0.1:  # is anyone still waiting for the answer?
+                    checked = time.monotonic()
+                    if await request.is_disconnected():
+                        return error(ApiError(499, "the client closed the request", code="client_closed"))
                 if kind == "error":
                     return error(ApiError(500, f"generation failed: {value}", code="generation_failed"))
                 if kind == "done":
                     return JSONResponse(protocol.completion_json(chat, rid, name, value))
         finally:
-            scheduler.cancel(job)  # the request task cancelled (the server stopping): stop its generation
+            scheduler.cancel(job)  # a client gone, or the server stopping: its generation stops
 
     def prompt_ids(p: protocol.Params, chat: bool) -> list[int]:
         if chat:

@@ -58,12 +58,12 @@ class Status:
 
 def build_is_cached(kernel: Path, options) -> bool:
     """Whether the compile cache holds a whole entry for `kernel` built with `options` (the
-    driver's own key and check: kina.driver.pipeline)."""
-    from ..driver import pipeline
+    driver's own key and check: kina.driver.cache)."""
+    from ..driver import cache
     if knobs.get("KINA_NO_CACHE"):
         return False
-    entry = pipeline.cache_dir() / pipeline.cache_key(kernel.read_bytes(), str(kernel), options)
-    return pipeline.entry_ok(entry / f"{kernel.stem or 'module'}.so", str(kernel))
+    entry = cache.cache_dir() / cache.cache_key(kernel.read_bytes(), str(kernel), options)
+    return cache.entry_ok(entry / f"{kernel.stem or 'module'}.so", str(kernel))
 
 
 def build_line(kernel: Path, options) -> str:

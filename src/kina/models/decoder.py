@@ -391,6 +391,6 @@ def _program(kernel: Path, dtypes: tuple, dims: tuple, fma: bool = False, thread
         options = Options(pass_options=",".join([*given, *filter(None, [pass_options])]))
     if watch_build is None:
         return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
-    from kina.driver.pipeline import specialized
+    from kina.driver.api import specialized
     with watch_build(kernel, specialized(options, dict(dtypes), dict(dims))):
         return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
