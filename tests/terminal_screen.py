@@ -3,8 +3,8 @@
 `run_in_pty(argv, script)` runs `kina ARGV...` (kina.__main__.kina, as the console script does)
 as the session leader of a new pseudo-terminal, so that Ctrl-C typed there (\\x03) is a SIGINT
 and Ctrl-D (\\x04) an end of input, as at a real terminal; `script` is a list of (wait for
-this text, then type this). It returns the exit status and everything the terminal received.
-`screen(raw)` replays that as a terminal does (carriage return, line feed, backspace, erase in
+this text, then, 0.3 s later, type this). It returns the exit status and everything the
+terminal received. `screen(raw)` replays that as a terminal does (carriage return, line feed, backspace, erase in
 line; other escape sequences ignored) and returns the rows left on the screen.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ def run_in_pty(argv: list[str], script: list[tuple[str, str]] = (), timeout: flo
     raw, since, steps, deadline = b"", 0, list(script), time.monotonic() + timeout
     while time.monotonic() < deadline:
         if steps and steps[0][0].encode() in raw[since:]:
+            time.sleep(0.3)  # as a person reads before typing: the program is at its prompt, not just past it
             since = len(raw)
             os.write(fd, steps.pop(0)[1].encode())
         ready, _, _ = select.select([fd], [], [], 0.1)

@@ -73,7 +73,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="F32", help="compute in this dtype (default F32)")
     p.add_argument("--weight-dtype", choices=("F32", "F16", "BF16"), default=None,
                    help="hold the weight matrices in this dtype, against F32 activations (--dtype F32); "
-                        "default: as the checkpoint holds them (a GGUF file's quantized blocks: F32 for now)")
+                        "default: as the checkpoint holds them (a GGUF file's quantized blocks as they are)")
     p.add_argument("-t", "--threads", type=_positive, default=None,
                    help="KINA_NUM_THREADS: the threads each layer step runs on (default: the cores)")
     p.add_argument("--fma", action="store_true",
