@@ -4,8 +4,8 @@
 as the session leader of a new pseudo-terminal, so that Ctrl-C typed there (\\x03) is a SIGINT
 and Ctrl-D (\\x04) an end of input, as at a real terminal; `script` is a list of (wait for
 this text, then, 0.3 s later, type this). It returns the exit status and everything the
-terminal received. `screen(raw)` replays that as a terminal does (carriage return, line feed, backspace, erase in
-line; other escape sequences ignored) and returns the rows left on the screen.
+terminal received. `screen(raw)` replays that as a terminal does (carriage return, line feed,
+backspace, erase in line; other escape sequences ignored) and returns the rows left on the screen.
 """
 from __future__ import annotations
 
