@@ -1,5 +1,5 @@
 # `make demo` and `make test` work on a fresh clone: both create .venv first, with the
-# [dev] and [bench] extras (PyTorch, onnxruntime, matplotlib), so the tests that compare
+# [dev], [bench] and [serve] extras (PyTorch, onnxruntime, matplotlib), so the tests that compare
 # with PyTorch run rather than skip.
 PY      ?= python3
 VENV    := .venv
@@ -11,7 +11,7 @@ STAMP   := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,bench,serve]'
 	touch $(STAMP)
 
 venv: $(STAMP)

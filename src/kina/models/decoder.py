@@ -59,6 +59,10 @@ DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not 
 # moves enough to be worth splitting (the threads pass's min-bytes is 64 KiB per part), and the
 # entries would double its build time.
 THREADED_MIN_WEIGHT_BYTES = 128 << 10
+# Who watches kernel builds: None, or watch_build(kernel, options) -> a context manager that a
+# build runs in (its `options` specialised: dtypes and dims fixed). kina.apps sets it to say,
+# before a build that is not in the compile cache, what is compiled and where it is kept.
+watch_build = None
 
 
 def norm_dtype(dtype: str) -> str:
@@ -405,4 +409,8 @@ def _program(kernel: Path, dtypes: tuple, dims: tuple, fma: bool = False, thread
         given = []
     if given or pass_options:
         options = Options(pass_options=",".join([*given, *filter(None, [pass_options])]))
-    return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
+    if watch_build is None:
+        return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
+    from kina.driver.api import specialized
+    with watch_build(kernel, specialized(options, dict(dtypes), dict(dims))):
+        return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
