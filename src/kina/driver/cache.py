@@ -30,7 +30,8 @@ from .. import abi, knobs
 from ..frontend import uses
 from ..version import __version__
 from . import interrupts, toolchain
-from .pipeline import Options, remove_temporary, run_stages, target_cores
+from . import pipeline
+from .pipeline import Options, remove_temporary, target_cores
 
 
 class CacheWarning(UserWarning):
@@ -103,7 +104,7 @@ def build_so(source: str | bytes, filename: str = "<string>", options: Options |
         so = entry / f"{Path(filename).stem or 'module'}.so"
         if entry_ok(so, filename):
             return so
-    b = run_stages(source, filename, "so", options, dump_dir=dump_dir)
+    b = pipeline.run_stages(source, filename, "so", options, dump_dir=dump_dir)  # through the module: tests count builds
     if not use_cache:
         return b.so_path
     try:
