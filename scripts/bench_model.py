@@ -67,7 +67,6 @@ llama.cpp's; and Kina's tokens equal transformers', its logits within 1e-4.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import platform
@@ -382,7 +381,7 @@ def describe_gguf(path: Path) -> str:
             f"FFN {c.ffn_dim}, vocab {c.vocab_size}" + (", tied head" if c.tie_embeddings else ""))
 
 
-def gguf_engines(args, files: dict, prompt: list[int], versions: dict, notes: list) -> dict:
+def gguf_engines(args, files: dict, prompt: list[int], versions: dict) -> dict:
     """{row name "<file> <engine> <n>T": (run, file label, engine, threads)}."""
     n_ctx = len(prompt) + args.new
     rows = {}
@@ -404,6 +403,7 @@ def gguf_engines(args, files: dict, prompt: list[int], versions: dict, notes: li
 def gguf_references(args, files: dict, prompt: list[int]) -> dict:
     """{file label: transformers' run on that file} (F32, untimed, on the most threads)."""
     import gc
+    os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF loader draws a bar of its own
     refs = {}
     for label, path in files.items():
         t = time.perf_counter()
@@ -457,6 +457,11 @@ def gguf_checks(report: dict) -> list[dict]:
     return out
 
 
+def shorten(text: str, most: int = 100) -> str:
+    """An answer in the table: its first `most` characters (the report keeps it whole)."""
+    return text if len(text) <= most else text[:most - 1].rstrip() + "…"
+
+
 def plural(n: int) -> str:
     return "" if n == 1 else "s"
 
@@ -498,10 +503,11 @@ def gguf_table(report: dict) -> str:
     lines.append("")
     for label, f in report["files"].items():
         floors = ", ".join(f"{n}T {rep.fmt_t(s)} ms" for n, s in f["floor_s"].items())
-        said = f"; transformers answers {f['answer']!r}" if f.get("answer") is not None else ""
+        said = f"; transformers answers {shorten(f['answer'])!r}" if f.get("answer") is not None else ""
         same = [e for e, ok in f.get("same_answer", {}).items() if ok]
         answers = f.get("answers", {})
-        other = [e + (f" {answers[e]!r}" if e in answers else "") for e, ok in f.get("same_answer", {}).items() if not ok]
+        other = [e + (f" {shorten(answers[e])!r}" if e in answers else "") for e, ok in f.get("same_answer", {}).items()
+                 if not ok]
         if said:
             said += (f"; the same answer from {', '.join(same)}" if same else "") + \
                 (f"; a different one from {'; '.join(other)}" if other else "")
@@ -531,6 +537,42 @@ def gguf_block(report: dict) -> str:
             + "\n" + "".join(f"\n- {n}" for n in report["notes"]))
 
 
+def file_facts(label: str, path: Path, is_source: bool, read_bw: dict, ref: dict, rows: dict, eos, text) -> dict:
+    """What the report says of one file: its size and tensor types, the bytes a token reads and
+    the floors, transformers' tokens and answer, and whether each engine gave the same answer
+    (its first thread count's; every row's tokens are compared in "compared")."""
+    bpt = ggufs.bytes_per_token(path)
+    f = {"path": str(path), "role": "the source" if is_source else "made by llama.cpp's quantizer",
+         "file_bytes": path.stat().st_size, "types": ggufs.tensor_types(path), "bytes_per_token": bpt,
+         "floor_s": {n: bpt / bw for n, bw in read_bw.items()}, "reference_tokens": ref["tokens"],
+         "same_answer": {}, "answers": {}}
+    want = answer_tokens(ref["tokens"], eos)
+    if text is not None:
+        f["answer"] = text.decode([t for t in want if t not in eos])
+    for m in rows.values():
+        if m["file"] == label and m["engine"] not in f["same_answer"]:
+            got = answer_tokens(m["tokens"], eos)
+            f["same_answer"][m["engine"]] = got == want
+            if text is not None:
+                f["answers"][m["engine"]] = text.decode([t for t in got if t not in eos])
+    return f
+
+
+def measure_peaks(label: str, path: Path, rows: dict, prompt: list[int], args, notes: list[str]) -> dict:
+    """{engine: benchlib.peak.measure's result} for every engine that ran the file, each in a
+    process of its own generating the timed runs' tokens on the most threads."""
+    n = max(args.threads)
+    out = {}
+    for engine in dict.fromkeys(m["engine"] for m in rows.values() if m["file"] == label):
+        got = out[engine] = peak.measure(engine, path, prompt, args.new, n)
+        print(f"peak memory: {label} {engine}: {got['peak_bytes'] / MB:.0f} MB (after the imports "
+              f"{got['baseline_bytes'] / MB:.0f} MB; at the end {got['anon_bytes'] / MB:.0f} MB anonymous, "
+              f"{got['file_bytes'] / MB:.0f} MB file-backed)", flush=True)
+        if got["tokens"] != rows[f"{label} {engine} {n}T"]["tokens"]:
+            notes.append(f"{label} {engine}: the peak-memory process generated other tokens than the timed runs")
+    return out
+
+
 def gguf_main(args, argv, notes: list[str], load_start: float, commit: str) -> int:
     versions = {"llama_cpp": engines.llama_cpp_version()}
     if versions["llama_cpp"] is None:
@@ -548,7 +590,7 @@ def gguf_main(args, argv, notes: list[str], load_start: float, commit: str) -> i
     refs = gguf_references(args, files, prompt)
     import transformers
     versions["transformers"], versions["torch"] = transformers.__version__, _dist_version("torch")
-    made = gguf_engines(args, files, prompt, versions, notes)
+    made = gguf_engines(args, files, prompt, versions)
     runs_in = {name: keep_first_logits(name, run) for name, (run, *_) in made.items()}
     threads = sorted({1, *args.threads})
     samples = [read_bandwidths(args.bw_passes, threads)]
@@ -563,37 +605,12 @@ def gguf_main(args, argv, notes: list[str], load_start: float, commit: str) -> i
                       "same_tokens_every_round": all(r["tokens"] == rs[0]["tokens"] for r in rs)}
         c = engines.compare({"tokens": rows[name]["tokens"], "logits": runs_in[name].state["first"]}, refs[label])
         compared.append({**c, "row": name, "engine": engine, "file": label})
-    info = {}
-    for label, path in files.items():
-        import gguf
-        r = gguf.GGUFReader(str(path))
-        kinds = collections.Counter(t.tensor_type.name for t in r.tensors)
-        bpt = ggufs.bytes_per_token(path)
-        f = info[label] = {"path": str(path), "role": "the source" if path == args.gguf else "made by llama.cpp's quantizer",
-                           "file_bytes": path.stat().st_size, "types": ", ".join(f"{n} {k}" for k, n in kinds.most_common()),
-                           "bytes_per_token": bpt, "floor_s": {n: bpt / bw for n, bw in read_bw.items()},
-                           "reference_tokens": refs[label]["tokens"]}
-        want = answer_tokens(refs[label]["tokens"], eos)
-        if text is not None:
-            f["answer"] = text.decode([t for t in want if t not in eos])
-        f["same_answer"], f["answers"] = {}, {}
-        for name, m in rows.items():  # each engine's first thread count (the rows' tokens are compared above)
-            if m["file"] == label and m["engine"] not in f["same_answer"]:
-                got = answer_tokens(m["tokens"], eos)
-                f["same_answer"][m["engine"]] = got == want
-                if text is not None:
-                    f["answers"][m["engine"]] = text.decode([t for t in got if t not in eos])
-        if not args.no_peak:
-            f["peak"] = {}
-            for engine in dict.fromkeys(m["engine"] for m in rows.values() if m["file"] == label):
-                f["peak"][engine] = peak.measure(engine, path, prompt, args.new, max(args.threads))
-                got = f["peak"][engine]
-                print(f"peak memory: {label} {engine}: {got['peak_bytes'] / MB:.0f} MB (after the imports "
-                      f"{got['baseline_bytes'] / MB:.0f} MB; at the end {got['anon_bytes'] / MB:.0f} MB anonymous, "
-                      f"{got['file_bytes'] / MB:.0f} MB file-backed)", flush=True)
-                if f["peak"][engine]["tokens"] != rows[f"{label} {engine} {max(args.threads)}T"]["tokens"]:
-                    notes.append(f"{label} {engine}: the peak-memory process generated other tokens than the timed runs")
-            f["peak_bytes"] = {e: p["peak_bytes"] for e, p in f["peak"].items()}
+    info = {label: file_facts(label, path, path == args.gguf, read_bw, refs[label], rows, eos, text)
+            for label, path in files.items()}
+    if not args.no_peak:
+        for label, path in files.items():
+            info[label]["peak"] = measure_peaks(label, path, rows, prompt, args, notes)
+            info[label]["peak_bytes"] = {e: p["peak_bytes"] for e, p in info[label]["peak"].items()}
     report = {
         "format": GGUF_REPORT_FORMAT, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": shlex.join(["python", os.path.relpath(__file__, machine.ROOT), *(argv if argv is not None else sys.argv[1:])]),

@@ -6,7 +6,7 @@ In:  a source GGUF file: by default the shipped SmolLM2-135M-Instruct Q4_1 of th
 Out: make_files(source, folder, kinds) -> {label: path}: the source itself (labelled by its file
      type, e.g. "Q4_1") and, for each of `kinds` (QUANTIZED: Q8_0, Q4_0, Q4_K_M), the file
      `llama_cpp.llama_model_quantize` makes from an F32 GGUF of the source's dequantized tensors;
-     file_label(path); bytes_per_token(path); chat_prompt(path, question) -> (ids, text, eos ids)
+     file_label(path); tensor_types(path); bytes_per_token(path); chat_prompt(path, question) -> (ids, text, eos ids)
      or None when the file has no tokenizer or chat template.
 
 Guarantees: the F32 file holds every tensor of the source under its own name, dequantized with
@@ -68,6 +68,12 @@ def file_label(path: Path) -> str:
             pass
     kinds = collections.Counter(t.tensor_type.name for t in r.tensors if len(t.shape) == 2)
     return kinds.most_common(1)[0][0]
+
+
+def tensor_types(path: Path) -> str:
+    """"210 Q4_1, 61 F32, 1 Q8_0": how many of the file's tensors are of each type, commonest first."""
+    kinds = collections.Counter(t.tensor_type.name for t in _reader(path).tensors)
+    return ", ".join(f"{n} {k}" for k, n in kinds.most_common())
 
 
 def bytes_per_token(path: Path) -> int:
