@@ -5,7 +5,7 @@ or, with --gguf, on the same GGUF files.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_model.py \\
         [--shape smollm|small|tiny] [--prompt 32] [--new 64] [--repeats 3] [--threads 1,2] \\
         [--json FILE] [--markdown] [--plot FILE.png [--add-json EARLIER.json ...]]
-    ... scripts/bench_model.py --gguf [SOURCE.gguf] [--quantize Q8_0,Q4_0,Q4_K_M] [--fma] \\
+    ... scripts/bench_model.py --gguf [SOURCE.gguf] [--quantize Q8_0,Q4_0,Q4_K_M] [--exact] \\
         [--question TEXT] [--new 64] [--repeats 3] [--json FILE] [--markdown]
     .venv/bin/python scripts/bench_model.py --from-json REPORT.json --markdown   # measure nothing
 
@@ -17,8 +17,8 @@ build/bench_model/ and reused while its stamp matches. Every engine loads that f
   against F16 or BF16 weights (weight_dtype: rows "F32+F16w" and "F32+BF16w", llama.cpp F16's
   and BF16's arrangement),
   the StoryLM whose every layer step is one compiled Kina call, at each of --threads
-  threads; with --fma, also load_pretrained(..., fma=True) (rows "Kina+fma": one rounding
-  per multiply-add).
+  threads, in its default build (fused multiply-adds); with --exact, also
+  load_pretrained(..., fma=False) (rows "Kina exact": the compiler's -O0 bits).
 - transformers: LlamaForCausalLM.from_pretrained(folder), eager attention, F32, its own
   KV cache, at each of --threads torch threads.
 - llama.cpp (llama-cpp-python, the [llama] extra; skipped with a note when missing): F32,
@@ -49,7 +49,7 @@ its decode step: 100% would be reading the weights at the best bandwidth seen.
 vocab 49152, a tied Q8_0 head) and the files llama.cpp's own quantizer
 (llama_cpp.llama_model_quantize) makes from an F32 GGUF of its dequantized tensors (--quantize,
 default Q8_0, Q4_0 and Q4_K_M; made once under --folder, reused while their stamp matches:
-benchlib/ggufs.py). On each file: Kina (checkpoints.load(path); with --fma also fma=True) and
+benchlib/ggufs.py). On each file: Kina (checkpoints.load(path); with --exact also fma=False) and
 llama.cpp, at each of --threads threads, interleaved as above; the prompt is --question
 through the source's chat template and tokenizer (else --prompt random ids). transformers
 loads each file (from_pretrained(folder, gguf_file=name), dequantized to F32) and runs once,
@@ -108,8 +108,8 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="timed runs of each engine, interleaved (default 3)")
     p.add_argument("--threads", type=rep.positive_ints, default="1,2",
                    help="thread counts every engine runs at (default 1,2)")
-    p.add_argument("--fma", action="store_true",
-                   help="also run Kina with fused multiply-adds (load_pretrained(fma=True): rows 'Kina+fma')")
+    p.add_argument("--exact", action="store_true",
+                   help="also run Kina's exact build (load_pretrained(fma=False), the -O0 bits: rows 'Kina exact')")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bw-passes", type=int, default=4,
                    help="read-bandwidth passes on each thread count, before the runs and again after (default 4)")
@@ -194,7 +194,7 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     bf16 = kina.runtime.numpy_dtype("BF16")
     kinds = [("F32", np.float32, None, "F32"), ("F16", np.float16, None, "F16"), ("BF16", bf16, None, "F16"),
              ("F32+F16w", np.float32, np.float16, "F16"), ("F32+BF16w", np.float32, bf16, "F16")]
-    for engine, fma in [("Kina", False)] + [("Kina+fma", True)] * args.fma:
+    for engine, fma in [("Kina", True)] + [("Kina exact", False)] * args.exact:
         for label, dt, wdt, floor_dt in kinds:
             t = time.perf_counter()
             k = engines.KinaEngine(args.folder, dt, n_ctx, fma=fma, weight_dtype=wdt)
@@ -254,7 +254,7 @@ def check_rows(rows: dict, firsts: dict) -> list[dict]:
         engine, dt = name.split()[0], rows[name][1]
         steps = LLAMA_CPP_STEPS if engine == "llama.cpp" else None
         c = engines.compare(r, want, steps)
-        engine = engine.split("+")[0]  # Kina+fma is checked as Kina
+        engine = engine.split(" ")[0]  # Kina exact is checked as Kina
         c.update(row=name, tol=TOL.get(engine) if dt == "F32" and engine in TOL else None)
         c["logits_pass"] = None if c["tol"] is None else c["rel_err"] <= c["tol"]
         c["tokens_pass"] = None if dt != "F32" else c["first_divergence"] is None
@@ -311,7 +311,7 @@ def plot(reports: list[dict], path) -> Path:
         pts = [(r["weight_bytes_per_token"]["F32"] / MB, 1 / r["rows"][name]["decode"]) for r in reports if name in r["rows"]]
         engine, dt, threads = name.split()
         ax.plot(*zip(*pts), {"F32": "-", "F16": "--", "BF16": "-."}.get(dt, ":"), marker="o" if threads == "1T" else "^",
-                color="tab:purple" if engine == "Kina+fma" else colours.get(engine),
+                color="tab:purple" if engine == "Kina exact" else colours.get(engine),
                 alpha=1.0 if threads == "1T" else 0.6, label=name)
     for n in dict.fromkeys(k for r in reports for k in r["read_bw"]):
         for dt in ("F32", "F16"):
@@ -352,7 +352,7 @@ def publish(report: dict, args) -> None:
 # -- GGUF files (--gguf) ------------------------------------------------------------------
 #
 # The source file and the files llama.cpp's quantizer makes from it (benchlib/ggufs.py); on
-# each, Kina (checkpoints.load(path), with --fma also fma=True) and llama.cpp at every
+# each, Kina (checkpoints.load(path), with --exact also fma=False) and llama.cpp at every
 # --threads, interleaved; transformers on the same file (dequantized to F32, one run, not
 # timed) is the reference for tokens and logits; the floor is the file's bytes a decode token
 # reads over the read bandwidth of the same run; peak memory is each engine's, in a process of
@@ -386,7 +386,7 @@ def gguf_engines(args, files: dict, prompt: list[int], versions: dict) -> dict:
     n_ctx = len(prompt) + args.new
     rows = {}
     for label, path in files.items():
-        for engine, fma in [("Kina", False)] + [("Kina+fma", True)] * args.fma:
+        for engine, fma in [("Kina", True)] + [("Kina exact", False)] * args.exact:
             t = time.perf_counter()
             k = engines.KinaEngine(path, None, n_ctx, fma=fma)
             print(f"{engine} {label}: loaded and compiled (or a compile-cache hit) in {time.perf_counter() - t:.1f} s",

@@ -231,7 +231,7 @@ class KinaEngine:
     greedy through Decoder.trace on `threads` threads (Decoder.threads, set per run: left unset
     it would be the machine's cores)."""
 
-    def __init__(self, path: Path, dtype, max_seq_len: int, fma: bool = False, weight_dtype=None):
+    def __init__(self, path: Path, dtype, max_seq_len: int, fma: bool = True, weight_dtype=None):
         from kina.models import checkpoints
         self.model = checkpoints.load(path, dtype=dtype, max_seq_len=max_seq_len, fma=fma, weight_dtype=weight_dtype)
 

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-ENGINES = ("Kina", "Kina+fma", "llama.cpp")
+ENGINES = ("Kina", "Kina exact", "llama.cpp")
 
 
 def status_bytes(field: str) -> int:
@@ -48,7 +48,7 @@ def child(engine: str, path: str, prompt: list[int], n_new: int, threads: int) -
     if engine == "llama.cpp":
         e = engines.LlamaCppEngine(Path(path), n_ctx)
     else:
-        e = engines.KinaEngine(Path(path), None, n_ctx, fma=engine == "Kina+fma")
+        e = engines.KinaEngine(Path(path), None, n_ctx, fma=engine != "Kina exact")
     tokens = e.generate(prompt, n_new, threads)
     peak = status_bytes("VmHWM")
     if not peak:  # no /proc: the kernel's own maximum (KiB on Linux)
