@@ -707,7 +707,7 @@ def _emit(op, options: MatmulLoops, unroll: int, stack_buffer, copy: bool = True
         mask_t = ir.VectorType.get([t_width], ir.IntegerType.get_signless(1))
         masks = [vector.CreateMaskOp(mask_t, [arith.SubIOp(N, j).result]).result for j in js] if masked else []
         pads = {t: arith.ConstantOp(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(t.element_type, 0.0))).result
-                for t in {t_vtype, nvtype(t_vtype)}} if masked else {}
+                for t in dict.fromkeys((t_vtype, nvtype(t_vtype)))} if masked else {}  # in order: the same IR each run
 
         def load(t, m, ix, v):
             if not masked:
