@@ -10,7 +10,7 @@ One folder per shape (benchlib/engines.py, SHAPES): transformers' LlamaForCausal
 seeded random weights (gains perturbed), written with save_pretrained in F32 under
 build/bench_model/ and reused while its stamp matches. Every engine loads that folder:
 
-- Kina: kina.models.hf.load_pretrained(folder, dtype) in F32, F16 and BF16, and F32 activations
+- Kina: kina.models.load(folder, dtype) in F32, F16 and BF16, and F32 activations
   against F16 or BF16 weights (weight_dtype: rows "F32+F16w" and "F32+BF16w", llama.cpp F16's
   and BF16's arrangement),
   the StoryLM whose every layer step is one compiled Kina call, at each of --threads

@@ -8,7 +8,7 @@ loaded through ctypes (kina.load) and fed patterned finite F32 tensors: ramps,
 sines, alternating signs, and seeded random ones. k_next and v_next must match
 NumPy bit for bit; context must be within 1e-6 relative (max error over max |ref|).
 
-Then the same step in BF16 (src/kina/models/kernels/kv_step.kina, the step generic in its
+Then the same step in BF16 (src/kina/models/seed/kv_step.kina, the step generic in its
 element type, compiled with T = BF16 at the example's dims), on the
 same patterns rounded to `ml_dtypes.bfloat16`: k_next and v_next must again be exact,
 and context within 2^-5 relative of the F32 reference computed from the same
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
         torch_note = "PyTorch is not installed: comparing against NumPy only (pip install -e '.[bench]' adds it)"
     print(f"kv_step{tuple(n for n, _ in step.signature.params)}; {torch_note}\n")
     failures = check(step, np.float32, CONTEXT_RTOL, torch)
-    generic = ROOT / "src" / "kina" / "models" / "kernels" / "kv_step.kina"
+    generic = ROOT / "src" / "kina" / "models" / "seed" / "kv_step.kina"
     print(f"BF16: compiling {generic.relative_to(ROOT)} (the same step, generic in T) with T = BF16 at the "
           "example's dims; inputs rounded to bfloat16")
     try:

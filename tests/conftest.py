@@ -27,7 +27,7 @@ from kina import knobs
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 DYN_TEXT = (EXAMPLES / "storylm0_kv_step_dyn.kina").read_text()
-GENERIC_STEP = ROOT / "src" / "kina" / "models" / "kernels" / "kv_step.kina"  # the same step, generic in T
+GENERIC_STEP = ROOT / "src" / "kina" / "models" / "seed" / "kv_step.kina"  # the same step, generic in T
 
 
 def kv_inputs(B, H, Dh, S, dtype=np.float32, seed=0):

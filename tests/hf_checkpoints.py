@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from kina.models.hf import load_pretrained  # noqa: E402
+from kina.models.checkpoints.hf import load as load_pretrained  # noqa: E402
 
 PROMPT = [5, 17, 2, 88, 41, 9, 250, 3]
 N_NEW = 64

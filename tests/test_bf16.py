@@ -19,7 +19,7 @@ from kina.models import KVCache, TinyDecoder, prefill
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 BF16_RTOL = 2 ** -5
-BF16_T = {"T": "BF16"}  # the generic step (src/kina/models/kernels/kv_step.kina) in BF16
+BF16_T = {"T": "BF16"}  # the generic step (src/kina/models/seed/kv_step.kina) in BF16
 STATIC = dict(B=1, H=2, Dh=2, S=3)  # ... with the static example's dims
 
 

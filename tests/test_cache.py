@@ -96,6 +96,24 @@ def test_api_rebuilds_a_damaged_entry(cache, program, damage):
     assert the_entry(cache) == so and whole(so) and not [p for p in cache.iterdir() if p.name.startswith(".")]
 
 
+def test_editing_a_used_file_rebuilds(cache, tmp_path):
+    # The key covers every file the uses reach, here one used through another: an edit of
+    # the inner file must not serve the .so built from its old text.
+    (tmp_path / "blocks.kina").write_text('use "inner.kina";\n')
+    inner = tmp_path / "inner.kina"
+    inner.write_text(SOURCE.replace("let f =", "let double ="))
+    main = tmp_path / "main.kina"
+    main.write_text('use "blocks.kina";\n' + SOURCE.replace("(a + a)", "(double(a))"))
+    one = np.ones(2, np.float32)
+    for i, (source_op, want) in enumerate([("(a + a)", 2.0), ("(a * a)", 1.0), ("(a + a)", 2.0)]):
+        inner.write_text(SOURCE.replace("let f =", "let double =").replace("(a + a)", source_op))
+        assert kina.compile_file(main).f(one)[0].tolist() == [want, want]
+        out = tmp_path / f"out{i}.so"  # a new path each time: dlopen would hand back a loaded one
+        assert kinac(main, "-o", out).returncode == 0
+        assert kina.load(out).f(one)[0].tolist() == [want, want]
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2  # the third build was a hit
+
+
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_kinac_o_never_copies_a_damaged_entry(cache, program, tmp_path, damage):
     so = damaged_entry(cache, program, damage)

@@ -299,7 +299,7 @@ def test_the_in_place_step_stays_bit_identical_while_kt_rows_move(monkeypatch):
     """Kᵀ's row stride grows by KT_STRIDE_STEP as the cache fills, then jumps to T_max;
     rows move each time. Every step still equals the functional step, through a crop back
     (which keeps the stride) and a clear (which resets it), with NaN in every unused slot."""
-    from kina.models import kvcache as decode
+    from kina.models.seed import kvcache as decode
     monkeypatch.setattr(decode, "KT_SHORT_ROW_BYTES", 160 * 4)  # the jump to T_max at 160 positions
     functional = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina").kv_step
     rng = np.random.default_rng(11)

@@ -110,7 +110,7 @@ def test_fused_value_rows_in_registers_or_not_give_the_same_bits(Dh, shift, stat
     registers when every row of the new cache starts on a cache line (shift 0); otherwise
     (shift 1, or Dh = 16, 48, 160) the row-at-a-time loops run. Either way the new caches
     are exact copies and the context has the bits of the unfused attention kernel."""
-    from kina.models.common import kernel_program as _program
+    from kina.models.seed import kernel_program as _program
     from kina.runtime import empty
     step = kina.compile_file(EXAMPLES / "storylm0_kv_step_dyn.kina",
                              dims=dict(B=1, H=3, Dh=Dh, S=37) if static else None).kv_step

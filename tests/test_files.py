@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kina.files import (FileError, read_bytes, read_json, read_npy, read_npz, read_safetensors, read_text,
-                        safetensors_header)
+from kina.files import (FileError, gguf_array, read_bytes, read_gguf, read_json, read_npy, read_npz,
+                        read_safetensors, read_text, safetensors_header)
 
 SCALE = int(os.environ.get("KINA_FUZZ_EXAMPLES", "0"))  # make fuzz: 5000
 FUZZ = settings(max_examples=SCALE or 150, deadline=None, derandomize=not SCALE,
@@ -41,7 +41,37 @@ def safetensors_bytes(tensors: dict[str, np.ndarray]) -> bytes:
     return struct.pack("<Q", len(head)) + head + data
 
 
-READERS = {"npy": read_npy, "npz": read_npz, "safetensors": read_safetensors, "json": read_json, "text": read_text}
+def read_gguf_whole(path, what):
+    """A GGUF file's header, then a view of every tensor's bytes."""
+    from kina.models.checkpoints.gguf import BLOCK_SIZES
+    header = read_gguf(path, what, BLOCK_SIZES)
+    for t in header.tensors.values():
+        gguf_array(header, t).sum()
+
+
+def gguf_bytes(tmp_path) -> bytes:
+    """A small GGUF file: metadata of every value type, an F32, an F16 and a Q8_0 tensor."""
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(tmp_path / "good.gguf"), arch="llama")
+    w.add_block_count(2)
+    w.add_string("general.name", "tiny")
+    w.add_array("tokenizer.ggml.tokens", ["a", "bc", "<s>"])
+    w.add_array("tokenizer.ggml.scores", [0.5, -1.0, 2.0])
+    w.add_float32("llama.rope.freq_base", 10000.0)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_tensor("a", np.arange(6, dtype=np.float32).reshape(2, 3))
+    w.add_tensor("b", np.ones(8, np.float16))
+    w.add_tensor("q", gguf.quants.quantize(np.ones((2, 32), np.float32), gguf.GGMLQuantizationType.Q8_0),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return (tmp_path / "good.gguf").read_bytes()
+
+
+READERS = {"npy": read_npy, "npz": read_npz, "safetensors": read_safetensors, "json": read_json, "text": read_text,
+           "gguf": read_gguf_whole}
 
 
 def good_file(kind: str, tmp_path) -> bytes:
@@ -54,6 +84,8 @@ def good_file(kind: str, tmp_path) -> bytes:
         return safetensors_bytes({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.float16)})
     if kind == "json":
         return json.dumps({"hidden_size": 64, "layers": [1, 2]}).encode()
+    if kind == "gguf":
+        return gguf_bytes(tmp_path)
     return "let f = fn() -> () { () }\n".encode()
 
 
@@ -77,7 +109,7 @@ def test_missing_directory_and_empty_files(kind, tmp_path):
     if kind == "text":
         assert read_text(tmp_path / "empty", "x") == ""
     else:
-        with pytest.raises(FileError, match="empty|too short"):
+        with pytest.raises(FileError, match="empty|too short|is 0 bytes"):
             reader(tmp_path / "empty", "x")
 
 

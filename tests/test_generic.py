@@ -198,7 +198,7 @@ def test_unknown_names_are_value_errors_listing_the_known_ones():
 
 @pytest.mark.parametrize("value", ["F17", "f16", "T", 16, None])
 def test_a_dtype_value_must_be_a_dtype(value):
-    with pytest.raises(ValueError, match=r"^dtypes\['T'\] must be a dtype, one of F16, BF16, F32, F64, I32, I64; "
+    with pytest.raises(ValueError, match=r"^dtypes\['T'\] must be a dtype, one of F16, BF16, F32, F64, I32, I64, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K; "
                                          f"got {re.escape(repr(value))}$"):
         checked(ATTEND, {"T": value})
 

@@ -1,4 +1,4 @@
-"""Hugging Face folders in (kina.models.hf).
+"""Hugging Face folders in (kina.models.checkpoints.hf).
 
 Every model here is built by transformers' own classes from a tiny random config
 (tests/hf_checkpoints.py: weights, biases and gains perturbed so that nothing is
@@ -24,7 +24,9 @@ from hf_checkpoints import (BASE, N_NEW, PROMPT, SPECS, check_against_transforme
 
 tokenizers = pytest.importorskip("tokenizers")
 
-from kina.models.hf import CheckpointError, load_pretrained, load_tokenizer, read_safetensors  # noqa: E402
+from kina.models.checkpoints import CheckpointError  # noqa: E402
+from kina.models.checkpoints.hf import load as load_pretrained, read_safetensors  # noqa: E402
+from kina.models.tokenizer import from_folder as load_tokenizer  # noqa: E402
 
 
 # -- the model against transformers --------------------------------------------------------

@@ -14,7 +14,7 @@ from hf_checkpoints import (N_NEW, PROMPT, SPECS, build_hf, check_against_transf
 import ml_dtypes  # noqa: E402
 
 from kina.models.generate import Pretrained, main  # noqa: E402
-from kina.models.hf import load_pretrained, read_safetensors  # noqa: E402
+from kina.models.checkpoints.hf import load as load_pretrained, read_safetensors  # noqa: E402
 
 
 def test_fused_multiply_adds_still_match_transformers(checkpoint, kina_model):

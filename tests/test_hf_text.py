@@ -20,7 +20,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from conftest import ROOT  # noqa: E402
 from kina.models.generate import Pretrained, main  # noqa: E402
-from kina.models.hf import load_tokenizer  # noqa: E402
+from kina.models.tokenizer import from_folder as load_tokenizer  # noqa: E402
 from kina.models.sampling import Sampler  # noqa: E402
 
 
@@ -157,7 +157,7 @@ def test_kina_generate_streams_text_as_a_module(text_folder):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["generate", "/nonexistent/model", "--prompt-ids", "1"], "/nonexistent/model/config.json: no such file"),
+    (["generate", "/nonexistent/model", "--prompt-ids", "1"], "/nonexistent/model: no such model folder or file"),
     (["generate", "{folder}", "--prompt-ids", "1,999"], "token id 999 is out of range"),
     (["generate", "{folder}", "--prompt-ids", "1", "--top-p", "2"], "top_p"),
     (["generate", "{folder}", "--prompt-ids", "1", "--max-new-tokens", "0"], "--max-new-tokens: expected an int >= 1"),

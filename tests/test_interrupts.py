@@ -100,7 +100,7 @@ def interrupt_after(delay_ms: int, launch, tmp_path: Path) -> None:
             return
 
 
-LAYER = Path(__file__).resolve().parent.parent / "src" / "kina" / "models" / "kernels" / "storylm.kina"
+LAYER = Path(__file__).resolve().parent.parent / "src" / "kina" / "models" / "families" / "llama.kina"
 LAYER_SIZES = ["--dtype", "T=F32", "--dtype", "W=F32", "--dtype", "U=F32", *[f"--dim={d}" for d in (
     "B=1", "D=64", "Hk=2", "G=2", "Dh=16", "R=8", "Q=64", "KV=32", "F=128", "V=256")]]
 PIPELINE = "abi,bufferize,copies-to-linalg,threads,matmul-loops,sum-loops,exp-to-arith,deallocate,to-llvm"

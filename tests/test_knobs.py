@@ -1,8 +1,8 @@
 """kina.knobs: the one table of environment variables, and the one error a bad value gets.
 
 Every read of the environment in src/kina goes through `knobs.get` (a grep), every
-knob in the table is read somewhere, the README's Environment section is the table's
-markdown, and a bad value of a knob that is used is the same one line from the API
+knob in the table is read somewhere, docs/cli-and-api.md's Environment section is the
+table's markdown, and a bad value of a knob that is used is the same one line from the API
 (a ValueError) and from kinac, kinac run and kinac bench (exit status 1); one that
 is not used (KINA_OPT_LEVEL under -O) is no error.
 """
@@ -54,12 +54,14 @@ def test_every_knob_is_read_somewhere_and_every_read_is_a_knob():
         assert all(("tests" in p.parts) == k.test_only for p in where), (k.name, where)
 
 
-def test_readme_environment_section_is_the_table():
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## Environment")
-    section = readme[start:readme.index("\n## ", start + 1)]
+def test_docs_environment_section_is_the_table():
+    doc = (ROOT / "docs" / "cli-and-api.md").read_text()
+    start = doc.index("\n## Environment\n")
+    end = doc.find("\n## ", start + 1)
+    section = doc[start:end if end != -1 else len(doc)]
     table = "".join(line + "\n" for line in section.splitlines() if line.startswith("|"))
-    assert table == knobs.markdown(), "README's Environment table is stale: paste `python -m kina.knobs`"
+    assert table == knobs.markdown(), \
+        "docs/cli-and-api.md's Environment table is stale: paste `python -m kina.knobs`"
 
 
 def test_python_m_kina_knobs_prints_the_table():

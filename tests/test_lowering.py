@@ -5,9 +5,10 @@ import pytest
 from conftest import check_against_numpy
 
 
-@pytest.mark.parametrize("name", ["expf", "exp", "free", "malloc", "memset"])
+@pytest.mark.parametrize("name", ["expf", "log", "free", "malloc", "memset"])
 def test_function_named_like_a_libc_symbol(name):
     # exported symbols are prefixed, so these cannot replace what the generated code calls
+    # (libm's exp is a word of Kina, which no function may be named: tests/errors/calls.kina)
     source = (f"let {name} = fn(a: tensor<F32, [2, 4], @host>) -> (tensor<F32, [2, 4], @host>) {{\n"
               f"  (softmax(a, axis=1))\n}}\n")
     a = np.arange(8, dtype=np.float32).reshape(2, 4) / 3

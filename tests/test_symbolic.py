@@ -256,7 +256,7 @@ def test_static_step_30000_calls_do_not_grow_memory():
 def test_prefill_example_is_the_kernel_at_f32():
     """examples/storylm0_prefill.kina is the F32 copy of the generic kernel kina.models uses."""
     from kina.driver.pipeline import Options, _render, run_stages
-    kernel = ROOT / "src" / "kina" / "models" / "kernels" / "prefill.kina"
+    kernel = ROOT / "src" / "kina" / "models" / "seed" / "prefill.kina"
     ir = [_render(run_stages(path.read_text(), "prefill.kina", "mlir", Options(dtypes=dtypes)), "mlir")
           for path, dtypes in ((kernel, (("T", "F32"),)), (EXAMPLES / "storylm0_prefill.kina", ()))]
     assert ir[0] == ir[1]

@@ -244,6 +244,119 @@ def test_bytes_source_is_utf8():
     assert got.functions[0].body[0].value == N("a", 9)
 
 
+# -- calls, tuple lets and uses ------------------------------------------------------------
+
+def call(col, end_col, name, *args):
+    """A call on the expression's line; its callee's own location is compared apart (compare=False)."""
+    return ast.Call(E(col, end_col), name, args, callee_loc=E(col, col + len(name)))
+
+
+def test_call():
+    got = parse_expr("f(a, b)")
+    assert got == call(9, 16, "f", N("a", 11), N("b", 14))
+    assert got.callee_loc == E(9, 10)
+    assert parse_expr("f()") == call(9, 12, "f")
+    assert parse_expr("rms_norm(x + y, g)") == call(9, 27, "rms_norm", ast.Add(E(18, 23), N("x", 18), N("y", 22)),
+                                                    N("g", 25))
+
+
+def test_a_call_is_an_atom_and_calls_nest():
+    # x + f(y) * z  ==  x + (f(y) * z);  -f(g(x)) negates the call of f on the call of g
+    assert parse_expr("x + f(y) * z") == ast.Add(E(9, 21), N("x", 9),
+                                                 ast.Mul(E(13, 21), call(13, 17, "f", N("y", 15)), N("z", 20)))
+    assert parse_expr("-f(g(x))") == ast.Neg(E(9, 17), call(10, 17, "f", call(12, 16, "g", N("x", 14))))
+    assert parse_expr("softmax(f(x), axis=1)") == ast.Softmax(E(9, 30), call(17, 21, "f", N("x", 19)), 1)
+
+
+def test_the_operand_of_concat_and_transpose_is_not_a_call():
+    # concat[axis=0] a (b) is still a and (b); a call there is written in parentheses
+    assert parse_expr("concat[axis=0] a (b)") == ast.Concat(E(9, 29), 0, N("a", 24), N("b", 27))
+    assert parse_expr("transpose[perm=[1, 0]] (f(x))") == ast.Transpose(E(9, 38), (1, 0), call(33, 37, "f", N("x", 35)))
+    assert parse_expr("concat[axis=0] (f(a)) (g(b))") == ast.Concat(
+        E(9, 37), 0, call(25, 29, "f", N("a", 27)), call(32, 36, "g", N("b", 34)))
+
+
+def test_tuple_let():
+    program = syntax.parse("let f = fn() -> () {\nlet (k, v) = g(a);\n(k)\n}\n", F)
+    (let,) = program.functions[0].body
+    assert let == ast.TupleLet(("k", "v"), ast.Call(L(2, 14, 18), "g", (N("a", 16),)), L(2, 6, 10))
+    assert let.name_locs == (L(2, 6, 7), L(2, 9, 10))
+    (one,) = syntax.parse("let f = fn() -> () {\nlet (k) = g(a);\n(k)\n}\n", F).functions[0].body
+    assert one == ast.TupleLet(("k",), ast.Call(L(2, 11, 15), "g", (N("a", 13),)), L(2, 6, 7))
+    # the grammar takes any expression there; check.py refuses what is not a call
+    (other,) = syntax.parse("let f = fn() -> () {\nlet (k, v) = a;\n(k)\n}\n", F).functions[0].body
+    assert other == ast.TupleLet(("k", "v"), N("a", 14), L(2, 6, 10))
+
+
+def test_uses_come_before_the_functions():
+    program = syntax.parse('use "a.kina";\n// a comment\nuse "lib/b.kina";\nlet f = fn() -> () {\n(x)\n}\n', F)
+    assert program.uses == (ast.Use("a.kina", L(1, 5, 13)), ast.Use("lib/b.kina", L(3, 5, 17)))
+    assert [fn.name for fn in program.functions] == ["f"]
+    assert syntax.parse("let f = fn() -> () {\n(x)\n}\n", F).uses == ()
+
+
+def lalr_conflicts(grammar: str) -> list[str]:
+    """The shift/reduce conflicts Lark meets building `grammar`; it resolves each as a shift, silently."""
+    import logging
+    from lark import Lark, logger
+    records, handler, level = [], logging.Handler(), logger.level
+    handler.emit = records.append
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        Lark(grammar, parser="lalr", debug=True)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return [r.getMessage() for r in records if "conflict" in r.getMessage().lower()]
+
+
+def test_the_grammar_has_no_conflict():
+    # Were concat's operands atoms, which a call is, `concat[axis=0] a (b)` would silently become
+    # a call of a: the conflict on '(' that the finder sees in that variant
+    from pathlib import Path
+    grammar = (Path(syntax.__file__).parent / "grammar.lark").read_text()
+    assert lalr_conflicts(grammar) == []
+    variant = grammar.replace("operand operand  -> concat", "atom atom -> concat")
+    assert variant != grammar and any("LPAR" in c for c in lalr_conflicts(variant))
+
+
+def test_words_are_the_grammar_literals_that_are_names():
+    assert {"let", "fn", "use", "tensor", "exp", "sum", "concat", "axis", "dtype"} <= syntax.words()
+    assert not any(w[0] in "@(-" for w in syntax.words())
+
+
+@pytest.mark.parametrize("body,line,col,message", [
+    ("let y = f(a b);", 2, 13, "expected ',' or ')' in the arguments of f, found 'b'"),
+    ("let y = f(a, g(b c));", 2, 18, "expected ',' or ')' in the arguments of g, found 'c'"),
+    ("let y = f(a, b;", 2, 15, "expected ',' or ')' in the arguments of f, found ';'"),
+    ("let (a b) = f(x);", 2, 8, "expected ',' or ')' in the names of 'let (...) =', found 'b'"),
+    ("let (a, b) f(x);", 2, 12, "expected '=', found 'f'"),
+    ("let y = concat(a, b);", 2, 15, "concat is an operation of the language, written concat[axis=N] x y; "
+                                     "it cannot be called as a function"),
+    ("let y = reshape(a);", 2, 16, "reshape is an operation of the language, written reshape[dims=[...]] x; "
+                                   "it cannot be called as a function"),
+    ("let y = slice[axis=0, start=0, size=1] f(a);", 2, 41,
+     "a call cannot be the operand of concat, transpose, reshape, slice or convert as it stands: "
+     "write it in parentheses, (f(...))"),
+])
+def test_syntax_errors_of_calls(body, line, col, message):
+    with pytest.raises(KinaError) as info:
+        syntax.parse(f"let f = fn() -> () {{\n{body}\n(y)\n}}\n", F)
+    assert (info.value.loc.line, info.value.loc.col, info.value.message) == (line, col, message)
+
+
+@pytest.mark.parametrize("text,line,col,message", [
+    ('use "a.kina"\nlet f = fn() -> () {\n(x)\n}', 1, 13, "expected ';' after the use, found 'let'"),
+    ("use a.kina;", 1, 5, 'expected a file name in double quotes ("blocks.kina"), found \'a\''),
+    ('let f = fn() -> () {\n(x)\n}\nuse "a.kina";', 4, 1, "a use must come before the functions of the file"),
+])
+def test_syntax_errors_of_uses(text, line, col, message):
+    with pytest.raises(KinaError) as info:
+        syntax.parse(text, F)
+    assert (info.value.loc.line, info.value.loc.col, info.value.message) == (line, col, message)
+
+
 # -- syntax errors are KinaErrors with a location (the full corpus is tests/errors/) -------
 
 @pytest.mark.parametrize("text,line,col", [

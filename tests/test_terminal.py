@@ -20,9 +20,9 @@ from conftest import EXAMPLES, ROOT
 
 pygments = pytest.importorskip("pygments")
 from pygments.lexers import get_lexer_by_name, get_lexer_for_filename  # noqa: E402
-from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation  # noqa: E402
+from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation, String  # noqa: E402
 
-SOURCES = sorted(EXAMPLES.glob("*.kina")) + sorted((ROOT / "src/kina/models/kernels").glob("*.kina"))
+SOURCES = sorted(EXAMPLES.glob("*.kina")) + sorted((ROOT / "src/kina/models").rglob("*.kina"))
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BAD = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n  (a @ a)\n}\n"
 SYNTAX_ERROR = BAD.replace("@ a", "$ a")  # kinac stops in the parser: bad.kina:2:6
@@ -70,6 +70,14 @@ def test_tokens_follow_the_grammar():
                                                         (Number.Integer, "1"), (Number.Float, "1e-6"),
                                                         (Number.Float, "0.5")]
     assert (Name.Attribute, "dims") in toks and (Name.Builtin, "mean") in toks
+
+
+def test_uses_and_calls_are_highlighted():
+    toks = tokens('use "blocks.kina";\nlet f = fn(x: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n'
+                  "  let (a, b) = two(x);\n  (exp(rms_norm(a, concat[axis=0] k (v))))\n}\n")
+    assert toks[:3] == [(Keyword.Namespace, "use"), (String, '"blocks.kina"'), (Punctuation, ";")]
+    assert {v for t, v in toks if t is Name.Function} == {"f", "two", "rms_norm"}  # defined, or called
+    assert (Name.Builtin, "exp") in toks and (Name, "k") in toks  # concat's operand before '(' is no call
 
 
 def test_words_and_symbols_come_from_the_grammar():

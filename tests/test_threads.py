@@ -102,6 +102,23 @@ def test_attention_with_a_symbolic_length_is_bit_identical(symbolic, S, threads)
     assert np.array_equal(got, want, equal_nan=True)
 
 
+def test_a_grown_cache_then_a_matmul_with_its_transpose_compiles():
+    # _fusable compared the extent of a dim held by a value (k's S+1 rows) with an unknown one
+    # (None), which an MLIR value's == refuses: 'threads' raised a TypeError on this program
+    source = """
+let step = fn(k_past: tensor<F32, [S, 4], @host>, k_new: tensor<F32, [1, 4], @host>) -> (tensor<F32, [1, S+1], @host>) {
+  let k = concat[axis=0] k_past k_new;
+  let kn = k * k;
+  (k_new @ transpose[perm=[1, 0]] kn)
+}
+"""
+    rng = np.random.default_rng(0)
+    k_past, k_new = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((1, 4)).astype(np.float32)
+    (got,) = kina.compile_source(source, "grown.kina").step(k_past, k_new)
+    k = np.concatenate([k_past, k_new])
+    np.testing.assert_allclose(got, k_new @ (k * k).T, rtol=1e-5)
+
+
 def test_a_static_specialisation_is_bit_identical():
     static = kina.compile_source(MLP.split("let attend")[0], "mlp.kina", dims={"K": 333, "N": 1111, "M": 555})
     args = mlp_inputs(333, 1111, 555, seed=1)

@@ -7,7 +7,7 @@ Out: build_folder() writes a LlamaForCausalLM of seeded random weights with
      write_gguf() writes the same tensors as a llama.cpp GGUF file (F32 or F16);
      weight_bytes() is what one decode step reads; and the engines, each with
      run(prompt, n_new) -> {tokens, logits [n_new, V], prefill, decode (the median step),
-     total}: KinaEngine (kina.models.hf.load_pretrained), TransformersEngine
+     total}: KinaEngine (kina.models.load), TransformersEngine
      (from_pretrained, eager attention) and LlamaCppEngine (llama-cpp-python).
      compare() says where two runs' tokens part and how far apart their logits are.
 
@@ -92,7 +92,7 @@ def config_of(folder: Path) -> dict:
 
 
 def tensors_of(folder: Path) -> dict[str, np.ndarray]:
-    from kina.models.hf import read_tensors
+    from kina.models.checkpoints.hf import read_tensors
     return {name: a for name, (a, _) in read_tensors(folder).items()}
 
 
@@ -211,11 +211,11 @@ def result(tokens, logits, seconds) -> dict:
 
 
 class KinaEngine:
-    """kina.models.hf.load_pretrained(folder, dtype, weight_dtype); greedy through StoryLM.trace on `threads`
+    """kina.models.load(folder, dtype, weight_dtype); greedy through StoryLM.trace on `threads`
     threads (StoryLM.threads, set per run: left unset it would be the machine's cores)."""
 
     def __init__(self, folder: Path, dtype, max_seq_len: int, fma: bool = False, weight_dtype=None):
-        from kina.models.hf import load_pretrained
+        from kina.models.checkpoints.hf import load as load_pretrained
         self.model = load_pretrained(folder, dtype=dtype, max_seq_len=max_seq_len, fma=fma, weight_dtype=weight_dtype)
 
     def run(self, prompt, n_new, threads: int = 1) -> dict:

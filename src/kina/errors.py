@@ -43,17 +43,27 @@ class KinaError(Exception):
         self.message = message
         self.notes = list(notes or [])
         self.source = source
+        self.sources: dict[str, str] = {}  # file -> its text, for locations in other files (`use`)
 
     def with_source(self, source: str) -> "KinaError":
         if self.source is None:
             self.source = source
         return self
 
+    def with_sources(self, texts: "dict[str, str]") -> "KinaError":
+        """Add the text of each file in `texts` (by the name its `Loc`s carry), so that an error
+        or a note located in a used file shows that file's line; texts already known stay."""
+        for file, text in texts.items():
+            self.sources.setdefault(file, text)
+        return self
+
     def render(self, source: str | None = None, color: bool = False) -> str:
-        """The diagnostic and its notes; `color` adds ANSI colours and changes nothing else."""
+        """The diagnostic and its notes; `color` adds ANSI colours and changes nothing else.
+        Each location shows its own file's line (`sources`), else a line of `source`."""
         source = source if source is not None else self.source
-        parts = [_render_one(self.loc, "error", self.message, source, color)]
-        parts += [_render_one(loc, "note", msg, source, color) for loc, msg in self.notes]
+        text = lambda loc: self.sources.get(loc.file, source)  # noqa: E731
+        parts = [_render_one(self.loc, "error", self.message, text(self.loc), color)]
+        parts += [_render_one(loc, "note", msg, text(loc), color) for loc, msg in self.notes]
         return "\n".join(parts)
 
     def __str__(self) -> str:

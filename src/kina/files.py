@@ -21,6 +21,7 @@ import os
 import struct
 import warnings
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,181 @@ def read_safetensors(path, what: str = "", names=None, mmap: bool = False) -> di
     except OSError as e:
         raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None
     return out
+
+
+# -- GGUF ---------------------------------------------------------------------------------
+
+GGUF_MAGIC = b"GGUF"
+GGUF_DEFAULT_ALIGNMENT = 32
+# every ggml type id a GGUF file may name, and its name (Kina reads some of them: the caller says which)
+GGML_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
+                   11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS",
+                   18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8",
+                   25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0",
+                   39: "MXFP4"}
+# value type id -> (struct format, size) for the fixed-size ones; 7 is bool, 8 a string, 9 an array
+_GGUF_SCALARS = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4), 6: ("<f", 4),
+                 7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8)}
+_GGUF_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8",
+               12: "<f8"}
+MAX_GGUF_DIMS = 4
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    """One tensor of a GGUF file: `shape` in NumPy's order (the file's dims reversed: a
+    Linear's [out, in]), its ggml `type` name, where its bytes start in the file and how many."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class GGUFFile:
+    path: str
+    version: int
+    metadata: dict
+    tensors: dict
+    alignment: int
+    data_start: int
+
+
+class _Cursor:
+    """The header, read in order; every length is checked against what is left of the file
+    before anything is read or allocated."""
+
+    def __init__(self, f, path, what: str, size: int):
+        self.f, self.path, self.what, self.size, self.pos = f, path, what, size, 0
+
+    def fail(self, problem: str):
+        raise FileError(self.path, self.what, problem)
+
+    def take(self, n: int, for_what: str) -> bytes:
+        if n > self.size - self.pos:
+            self.fail(f"is truncated: {for_what} at byte {self.pos} needs {n} bytes, the file has "
+                      f"{self.size - self.pos} more")
+        data = self.f.read(n)
+        if len(data) != n:
+            self.fail(f"is truncated at byte {self.pos}")
+        self.pos += n
+        return data
+
+    def scalar(self, kind: int, for_what: str):
+        fmt, n = _GGUF_SCALARS[kind]
+        return struct.unpack(fmt, self.take(n, for_what))[0]
+
+    def string(self, for_what: str) -> str:
+        n = self.scalar(10, f"the length of {for_what}")
+        raw = self.take(n, for_what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.fail(f"{for_what} is not UTF-8 text")
+
+    def value(self, kind: int, for_what: str, depth: int = 0):
+        if kind in _GGUF_SCALARS:
+            return self.scalar(kind, for_what)
+        if kind == 8:
+            return self.string(for_what)
+        if kind != 9:
+            self.fail(f"{for_what} has an unknown value type {kind}")
+        if depth > 2:
+            self.fail(f"{for_what}: arrays nested more than 3 deep")
+        elem = self.scalar(4, f"the element type of {for_what}")
+        n = self.scalar(10, f"the length of {for_what}")
+        least = _GGUF_SCALARS[elem][1] if elem in _GGUF_SCALARS else 8 if elem in (8, 9) else 1
+        if n * least > self.size - self.pos:
+            self.fail(f"is truncated: {for_what} claims {n} elements, more than the {self.size - self.pos} bytes left")
+        if elem in _GGUF_NUMPY:
+            return np.frombuffer(self.take(n * least, for_what), _GGUF_NUMPY[elem]).copy()
+        return [self.value(elem, f"{for_what}[{i}]", depth + 1) for i in range(n)]
+
+
+def read_gguf(path, what: str = "", block_sizes=None) -> GGUFFile:
+    """A GGUF file's header: its metadata (key -> value; arrays of numbers as NumPy arrays) and
+    tensors (name -> GGUFTensor), each checked: the magic and version (2 or 3), every count,
+    length and offset inside the file, a known ggml type, the inner dim a whole number of
+    blocks, offsets aligned. `block_sizes` (type name -> (elements, bytes) per block) lists the
+    types the caller reads; a tensor of another type is refused, naming the type. Nothing is
+    allocated from a size the file merely claims; the data is not read (`gguf_array`)."""
+    size = _stat(path, what).st_size
+    block_sizes = block_sizes or {}
+    try:
+        with open(path, "rb") as f:
+            c = _Cursor(f, path, what, size)
+            if size < 24:
+                c.fail(f"is {size} bytes: too short for a GGUF file (a 24-byte header first)")
+            magic = c.take(4, "the magic")
+            if magic != GGUF_MAGIC:
+                c.fail(f"is not a GGUF file: it starts with {magic!r}, not b'GGUF'")
+            version = c.scalar(4, "the version")
+            if version not in (2, 3):
+                c.fail(f"is GGUF version {version}: Kina reads versions 2 and 3")
+            n_tensors = c.scalar(10, "the tensor count")
+            n_kv = c.scalar(10, "the metadata count")
+            if n_kv * 13 > size - c.pos or n_tensors * 24 > size - c.pos:
+                c.fail(f"is truncated or damaged: it claims {n_kv} metadata entries and {n_tensors} tensors, more "
+                       f"than its {size} bytes can hold")
+            metadata = {}
+            for i in range(n_kv):
+                key = c.string(f"metadata key {i}")
+                kind = c.scalar(4, f"the type of {key!r}")
+                if key in metadata:
+                    c.fail(f"metadata key {key!r} appears twice")
+                metadata[key] = c.value(kind, f"metadata {key!r}")
+            alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+            if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1 or \
+                    alignment & (alignment - 1):
+                c.fail(f"metadata 'general.alignment' = {alignment!r}: expected a power of two")
+            infos = []
+            for i in range(n_tensors):
+                name = c.string(f"the name of tensor {i}")
+                n_dims = c.scalar(4, f"the rank of tensor {name!r}")
+                if not 1 <= n_dims <= MAX_GGUF_DIMS:
+                    c.fail(f"tensor {name!r} has {n_dims} dims (1 to {MAX_GGUF_DIMS} are allowed)")
+                dims = [c.scalar(10, f"dim {d} of tensor {name!r}") for d in range(n_dims)]
+                kind = c.scalar(4, f"the type of tensor {name!r}")
+                offset = c.scalar(10, f"the offset of tensor {name!r}")
+                infos.append((name, dims, kind, offset))
+            data_start = -(-c.pos // alignment) * alignment
+    except OSError as e:
+        raise FileError(path, what, f"cannot read it: {e.strerror or e}") from None
+    tensors = {}
+    for name, dims, kind, offset in infos:
+        where = f"tensor {name!r}"
+        if kind not in GGML_TYPE_NAMES:
+            raise FileError(path, what, f"{where} has an unknown ggml type {kind}")
+        tname = GGML_TYPE_NAMES[kind]
+        if tname not in block_sizes:
+            raise FileError(path, what, f"{where} is {tname}, which is not supported; supported: "
+                                        f"{', '.join(block_sizes)}")
+        elements, nbytes = block_sizes[tname]
+        if dims[0] % elements:
+            raise FileError(path, what, f"{where} is {tname} [{', '.join(map(str, dims[::-1]))}]: its inner dim "
+                                        f"{dims[0]} is not a multiple of the {elements}-element block")
+        count = math.prod(dims)
+        total = count // elements * nbytes
+        if offset % alignment:
+            raise FileError(path, what, f"{where} starts at offset {offset}, not a multiple of the alignment "
+                                        f"{alignment}")
+        if data_start + offset + total > size:
+            raise FileError(path, what, f"is truncated: {where} ({tname}, {total} bytes at offset {offset}) ends "
+                                        f"past the end of the file")
+        if name in tensors:
+            raise FileError(path, what, f"{where} appears twice")
+        tensors[name] = GGUFTensor(name, tuple(dims[::-1]), tname, data_start + offset, total)
+    return GGUFFile(str(path), version, metadata, tensors, alignment, data_start)
+
+
+def gguf_array(gguf: GGUFFile, tensor: GGUFTensor, numpy_dtype=None) -> np.ndarray:
+    """A read-only memory-mapped view of `tensor`'s bytes: as `numpy_dtype` of its shape (a
+    float type), or as uint8 [rows, bytes per row] (a block type: None)."""
+    data = np.memmap(gguf.path, np.uint8, mode="r", offset=tensor.offset, shape=(tensor.nbytes,)) \
+        if tensor.nbytes else np.zeros(0, np.uint8)
+    if numpy_dtype is not None:
+        return data.view(numpy_dtype).reshape(tensor.shape)
+    rows = math.prod(tensor.shape[:-1])
+    return data.reshape(rows, tensor.nbytes // max(rows, 1))

@@ -25,7 +25,7 @@ from .frontend.check import check
 from .frontend.ops import WIDE
 from .frontend.syntax import parse
 from .frontend.types import nearest
-from .runtime import bind, numpy_dtype, result_shapes
+from .runtime import QuantizedArray, bind, numpy_dtype, result_shapes
 
 
 def matmul_k_ascending(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -99,7 +99,9 @@ class Interpreted:
 
         def call(*args):
             arrays, env = bind(fn.sig, args)
-            values = dict(zip((p.name for p in fn.params), arrays))
+            # a block-quantized argument is its values (F32), as the compiled code's dequantization gives them
+            values = {p.name: a.dequantize() if isinstance(a, QuantizedArray) else b
+                      for p, a, b in zip(fn.params, args, arrays)}
             with np.errstate(all="ignore"):  # NaN and Inf are values here, as in compiled code: no warnings
                 for let in fn.body:
                     values[let.name] = _eval(let.value, values)

@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import abi, knobs
+from ..frontend import uses
 from ..version import __version__
 from . import interrupts, toolchain
 from .pipeline import Options, remove_temporary, run_stages, target_cores
@@ -53,9 +54,12 @@ def compiler_digest() -> str:
 def cache_key(source: str | bytes, filename: str, options: Options) -> str:
     data = source if isinstance(source, bytes) else source.encode()
     _, host_cpu = toolchain.host()
+    # every file `use` reaches is part of the program: editing one rebuilds
+    used = [[name, None if text is None else hashlib.sha256(text).hexdigest()]
+            for name, text in uses.used_files(data, filename)]
     meta = json.dumps({"kina": __version__, "compiler": compiler_digest(), "llvm": toolchain.llvm_version(),
                        "host_cpu": host_cpu, "cores": target_cores(options.cpu), "filename": filename,
-                       "options": options.cache_key()},
+                       "options": options.cache_key(), "uses": used},
                       sort_keys=True)
     return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
 

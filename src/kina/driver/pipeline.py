@@ -27,6 +27,7 @@ Builds go through the compile cache in `kina.driver.cache`; `kina.compile_file` 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -258,12 +259,27 @@ def _stage_so(b: Build) -> None:
         "cpu_flags": cpu.target_flags(b.options.cpu),
         "so_size": so.stat().st_size,
         "so_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
-        "functions": [{**fn.sig.to_json(), "independent_axes": independent_axes(fn),
+        "functions": [{**_with_layouts(fn.sig, b.module).to_json(), "independent_axes": independent_axes(fn),
                        "threaded": abi.c_interface(fn.name, abi.THREADED) in symbols}
                       for fn in b.program.functions],
     }
     so.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     b.so_path = so
+
+
+def _with_layouts(sig, module):
+    """`sig` with the layouts its block-quantized parameters took in the build (the module
+    attribute kina.layouts that fuse-dequant-matmul sets), for the runtime to pass them so."""
+    from mlir import ir
+    attrs = module.operation.attributes
+    if "kina.layouts" not in attrs:
+        return sig
+    per_fn = ir.DictAttr(attrs["kina.layouts"])
+    if sig.name not in per_fn:
+        return sig
+    found = ir.DictAttr(per_fn[sig.name])
+    layouts = tuple(sorted((n, ir.StringAttr(found[n]).value) for n, _ in sig.params if n in found))
+    return dataclasses.replace(sig, layouts=layouts)
 
 
 def _symbols(module) -> set[str]:

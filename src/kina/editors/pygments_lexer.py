@@ -2,9 +2,11 @@
 
 In:  Kina source text (Pygments calls the lexer; pyproject.toml registers it under
      the `pygments.lexers` entry point as `kina`, for `*.kina`).
-Out: Pygments tokens: `let` and `fn` keywords, the builtins (`concat`, `softmax`,
+Out: Pygments tokens: `let`, `fn` and `use` keywords, the builtins (`concat`, `softmax`,
      `broadcast`, `exp`, `sum`, `tensor`, ...), dtypes and placements (`@host`) inside a tensor
-     type, function names, names, integers and floats, operators, punctuation and `//` comments.
+     type, function names (where a function is defined, and where it is called: a name written
+     right before '(', as in `rms_norm(x, g)`), a used file's name (`"blocks.kina"`), names,
+     integers and floats, operators, punctuation and `//` comments.
 
 Guarantees: the words, symbols and terminal patterns come from grammar.lark (the
 language reference) and the dtypes and placements from `kina.frontend.types`, so a literal
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from lark import Lark
 from pygments.lexer import RegexLexer, bygroups, include, words
-from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, Whitespace
+from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Whitespace
 
 from ..frontend.types import DTYPES, PLACEMENTS
 
@@ -33,10 +35,11 @@ def _grammar_terminals() -> dict[str, object]:
 
 _TERMINALS = _grammar_terminals()
 _LITERALS = sorted(p.value for p in _TERMINALS.values() if p.type == "str")
-_NAME, _INT, _NUMBER, _COMMENT, _WS = (_TERMINALS[n].to_regexp() for n in ("NAME", "INT", "NUMBER", "COMMENT", "WS"))
+_NAME, _INT, _NUMBER, _COMMENT, _WS, _STRING = (_TERMINALS[n].to_regexp()
+                                                for n in ("NAME", "INT", "NUMBER", "COMMENT", "WS", "STRING"))
 
 # The choices: a grammar word is a builtin unless listed here; a symbol is punctuation unless an operator.
-KEYWORDS = {"let": Keyword.Declaration, "fn": Keyword}
+KEYWORDS = {"let": Keyword.Declaration, "fn": Keyword, "use": Keyword.Namespace}
 ATTRIBUTES = ("axis", "perm", "dims", "start", "size", "dtype")  # of builtins: concat[axis=N], reshape[dims=[...]]
 OPERATORS = ("@", "*", "/", "+", "-", "->", "=")
 
@@ -80,7 +83,11 @@ class KinaLexer(RegexLexer):
             *((rf"{word}\b", token) for word, token in KEYWORDS.items()),
             (words(BUILTINS, suffix=r"\b"), Name.Builtin),
             (words(ATTRIBUTES, suffix=r"\b"), Name.Attribute),
+            # f(x): a call. The grammar allows a blank before '(', but `concat[axis=0] k (v)` is two
+            # operands, not a call, so only a name written right before '(' is taken for a function.
+            (rf"{_NAME}(?=\()", Name.Function),
             (_NAME, Name),
+            (_STRING, String),  # use "blocks.kina";
             (_NUMBER, _number),  # NUMBER also matches every INT
             (words(OPERATORS), Operator),
             (words(PUNCTUATION), Punctuation),

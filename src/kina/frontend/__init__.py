@@ -2,6 +2,8 @@
 
     grammar.lark  the language reference       syntax.py  source -> ast.Program
     ast.py        frozen nodes, each with loc  check.py   types and shapes, specialisation
+    uses.py       the files `use` brings in    inline.py  calls, inlined as check meets them
+    rules.py      each op family's typing rule, which check.py's function checker inherits
     types.py      dtypes, dims, signatures     axes.py    which leading axes are independent
     ops.py        the op table: each operation once, read by every stage (and kina.ir, the interpreter)
     diagnostics.py  whether a diagnostic is coloured (the error types and their renderer: kina.errors)

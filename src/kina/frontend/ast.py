@@ -1,8 +1,10 @@
 """The Kina AST: frozen dataclasses, one per grammar rule, each with a `loc`.
 
 In:  built by `syntax.parse` from grammar.lark.
-Out: a `Program` of `Function`s whose bodies are `Let`s over `Expr` trees. Which
-     operation each `Expr` class is (its family, its messages) is its entry in `ops.OPS`.
+Out: a `Program` of `Use`s and `Function`s whose bodies are `Let`s (and `TupleLet`s) over
+     `Expr` trees. Which operation each `Expr` class is (its family, its messages) is its
+     entry in `ops.OPS`, but for the leaves (`Name`, `Number`) and `Call`, a call of a
+     function, which `check` inlines.
 
 Guarantees: nodes are immutable and compare by value (locations included), so a
 test can write an expected tree literally. `type` is None after parsing; after
@@ -10,10 +12,13 @@ test can write an expected tree literally. `type` is None after parsing; after
 `type` is left out of `==`, so parsed and checked trees compare equal. A generic
 function (`fn[T](...)`) is specialised by `check`: its `TypeAnn`s then carry the
 concrete dtype and the fixed dims, and each `TypeParam.value` says what T became.
+A checked program has no `Call` and no `TupleLet`: `check` inlines every call into
+plain `Let`s (see `inline.py`), so the stages after it never meet one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 
 from ..errors import Loc
 from .types import Dim, Signature, TensorType
@@ -200,6 +205,16 @@ class Convert(Expr):
 
 
 @dataclass(frozen=True)
+class Call(Expr):
+    """`callee(args...)`: a call of a function of this file or of a used one. Not an
+    operation of the op table: `check` inlines it, and the checked program has none."""
+
+    callee: str
+    args: tuple[Expr, ...]
+    callee_loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class TypeParam:
     """A dtype variable of a generic function: the `T` of `fn[T](...)`; `check` sets `value`."""
 
@@ -223,11 +238,30 @@ class Let:
 
 
 @dataclass(frozen=True)
+class TupleLet:
+    """`let (a, b) = f(...);`: the results of a call, one name each; `loc` spans the names'
+    parentheses and `name_locs` locate each name."""
+
+    names: tuple[str, ...]
+    value: Expr
+    loc: Loc
+    name_locs: tuple[Loc, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Use:
+    """`use "FILE";`: `path` as written, relative to the folder of the file it is in."""
+
+    path: str
+    loc: Loc
+
+
+@dataclass(frozen=True)
 class Function:
     name: str
     params: tuple[Param, ...]
     result_types: tuple[TypeAnn, ...]
-    body: tuple[Let, ...]
+    body: tuple[Let | TupleLet, ...]  # only `Let`s once checked
     results: tuple[Expr, ...]
     loc: Loc
     type_params: tuple[TypeParam, ...] = ()
@@ -239,46 +273,82 @@ class Program:
     functions: tuple[Function, ...]
     filename: str = field(default="<string>", compare=False)
     source: str = field(default="", compare=False, repr=False)
+    uses: tuple[Use, ...] = ()
+
+
+_OPERANDS = ("Expr", "tuple[Expr, ...]")  # the annotations of operand fields: one, or a call's arguments
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
-    """The operand expressions of `expr`, left to right (its `Expr` fields, in order)."""
-    return tuple(v for v in (getattr(expr, f.name) for f in fields(expr)) if isinstance(v, Expr))
+    """The operand expressions of `expr`, left to right (its `Expr` fields, in order, a
+    call's arguments included)."""
+    out: list[Expr] = []
+    for f in fields(expr):
+        if f.type in _OPERANDS:
+            value = getattr(expr, f.name)
+            out.extend(value if isinstance(value, tuple) else (value,))
+    return tuple(out)
+
+
+def with_children(expr: Expr, new: Callable[[Expr], Expr]) -> Expr:
+    """`expr` with each operand `e` replaced by `new(e)` (its type and attributes kept)."""
+    changes = {}
+    for f in fields(expr):
+        if f.type in _OPERANDS:
+            value = getattr(expr, f.name)
+            changes[f.name] = tuple(map(new, value)) if isinstance(value, tuple) else new(value)
+    return replace(expr, **changes)
 
 
 def attributes(expr: Expr) -> dict[str, object]:
     """The compared fields of `expr` that are not operands, location or type: `{"axis": 3}`."""
     return {f.name: getattr(expr, f.name) for f in fields(expr)
-            if f.compare and f.name != "loc" and not isinstance(getattr(expr, f.name), Expr)}
+            if f.compare and f.name != "loc" and f.type not in _OPERANDS}
+
+
+def bound_names(let: Let | TupleLet) -> tuple[str, ...]:
+    """The names a let statement defines."""
+    return let.names if isinstance(let, TupleLet) else (let.name,)
 
 
 def dump(program: Program) -> str:
-    """An indented tree, one node a line; types are shown once `check` has set them."""
+    """An indented tree, one node a line; types are shown once `check` has set them, and a
+    location in another file than the program's (an inlined callee's) names that file."""
     out: list[str] = []
 
     def ty(e: Expr) -> str:
         return f" : {e.type}" if e.type is not None else ""
+
+    def at(loc: Loc) -> str:
+        return f"@{loc.file + ':' if loc.file != program.filename else ''}{loc.line}:{loc.col}"
 
     def expr(e: Expr, depth: int) -> None:
         pad = "  " * depth
         if isinstance(e, Name):
             out.append(f"{pad}Name {e.id}{ty(e)}")
             return
+        if isinstance(e, Call):
+            out.append(f"{pad}Call {e.callee}  {at(e.loc)}")
+            for arg in e.args:
+                expr(arg, depth + 1)
+            return
         show = lambda v: f"[{', '.join(map(str, v))}]" if isinstance(v, tuple) else str(v)
         attrs = "".join(f" {k}={show(v)}" for k, v in attributes(e).items())
-        out.append(f"{pad}{type(e).__name__}{attrs}{ty(e)}  @{e.loc.line}:{e.loc.col}")
+        out.append(f"{pad}{type(e).__name__}{attrs}{ty(e)}  {at(e.loc)}")
         for child in children(e):
             expr(child, depth + 1)
 
+    for use in program.uses:
+        out.append(f'Use "{use.path}"  {at(use.loc)}')
     for fn in program.functions:
         tparams = ", ".join(t.name if t.value is None else f"{t.name}={t.value}" for t in fn.type_params)
-        out.append(f"Function {fn.name}{f'[{tparams}]' if tparams else ''}  @{fn.loc.line}:{fn.loc.col}")
+        out.append(f"Function {fn.name}{f'[{tparams}]' if tparams else ''}  {at(fn.loc)}")
         for p in fn.params:
             out.append(f"  Param {p.name}: tensor<{p.type.dtype}, [{', '.join(map(str, p.type.dims))}], @{p.type.placement}>")
         for t in fn.result_types:
             out.append(f"  Result tensor<{t.dtype}, [{', '.join(map(str, t.dims))}], @{t.placement}>")
         for let in fn.body:
-            out.append(f"  Let {let.name}  @{let.loc.line}:{let.loc.col}")
+            out.append(f"  Let {', '.join(bound_names(let))}  {at(let.loc)}")
             expr(let.value, 2)
         out.append("  Return")
         for r in fn.results:

@@ -7,7 +7,8 @@ Out: `OPS`, one `Op` per operation, in grammar.lark's order; `of(expr)`, the ent
 Every stage reads its part of an entry and has one piece of code per *family*, not per op:
 
     syntax.py     builds `op.node` for the grammar rule `-> op.name`; its messages list the words
-    check.py      RULES[op.family]; `op.floating` refuses integers; messages call the op `op.shown`
+    rules.py      RULES[op.family], the checker's rule; `op.floating` refuses integers; messages
+                  call the op `op.shown`
     axes.py       which leading axes stay independent, by family
     ir/lower.py   LOWERINGS[op.family], which builds `op.mlir` on each element
     interpreter   evaluates `op.numpy` with NumPy (the tests' reference)
@@ -15,7 +16,7 @@ Every stage reads its part of an entry and has one piece of code per *family*, n
 
 so a new op of an existing family is a grammar rule, its AST class and one entry. The
 one-op families (concat, matmul, softmax, transpose, reshape, slice, convert) keep their rule and
-lowering in check.py and lower.py; their entries name them. tests/test_op_table.py fails
+lowering in rules.py and lower.py; their entries name them. tests/test_op_table.py fails
 when an `ast.Expr` class lacks an entry, a grammar rule or any stage's part.
 
 Guarantees: imports neither `mlir`, `lark` nor NumPy: MLIR ops and NumPy are named as

@@ -2,7 +2,8 @@
 
 In:  source text (str, or bytes that must be UTF-8) and a filename for locations.
 Out: an `ast.Program`; nothing is type-checked yet, and a type parameter (`fn[T]`)
-     is still a name in the types that use it (`check` gives it its dtype).
+     is still a name in the types that use it (`check` gives it its dtype). Its `use`s
+     are paths as written: this module reads no file (`uses.py` does).
 
 Guarantees: every failure is a `KinaError` located at the offending character or
 token, saying what was expected and what was found (never a Lark traceback).
@@ -10,6 +11,7 @@ Nesting deeper than `MAX_DEPTH` is refused up front, so recursion stays bounded.
 """
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import fields
 from functools import lru_cache
@@ -31,6 +33,14 @@ def _parser() -> Lark:
     return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
 
 
+@lru_cache(maxsize=1)
+def words() -> frozenset[str]:
+    """The words of the language, grammar.lark's literals that are names (let, fn, tensor,
+    exp, sum, axis, use, ...): no function may be named so."""
+    return frozenset(t.pattern.value for t in _parser().terminals
+                     if t.pattern.type == "str" and t.pattern.value[0].isalpha())
+
+
 def parse(source: str | bytes, filename: str = "<string>") -> ast.Program:
     text = _decode(source, filename)
     _check_depth(text, filename)
@@ -47,7 +57,8 @@ def parse(source: str | bytes, filename: str = "<string>") -> ast.Program:
     except RecursionError:
         raise KinaError(Loc(filename, 1, 1), f"program is nested too deeply (more than {MAX_DEPTH} levels)",
                         source=text) from None
-    return ast.Program(tuple(functions), filename, text)
+    uses = tuple(x for x in functions if isinstance(x, ast.Use))
+    return ast.Program(tuple(x for x in functions if isinstance(x, ast.Function)), filename, text, uses)
 
 
 def _decode(source: str | bytes, filename: str) -> str:
@@ -103,13 +114,16 @@ def _check_tree_depth(tree: Tree, filename: str, text: str) -> None:
                                                       "split it into several let bindings", source=text)
         for child in node.children:
             if isinstance(child, Tree):
-                stack.append((child, depth + 1, child if node.data in ("let", "results") else top))
+                stack.append((child, depth + 1, child if node.data in ("let", "tuple_let", "results") else top))
 
 
 _TOKEN_NAMES = {"NAME": "a name", "INT": "an integer", "NUMBER": "a number", "$END": "end of file",
-                "AXIS": "'axis=N'"}
+                "AXIS": "'axis=N'", "STRING": 'a file name in double quotes ("blocks.kina")'}
+_NAME_END = re.compile(r"\b[A-Za-z_]\w*\s*\Z")  # a name just before a '(' that cannot start a call there
 _OPERAND_START = {"LPAR", "NAME", "NUMBER", "MINUS"}  # what may begin an expression
 _WORDS = ops.listing([op.name for op in ops.OPS if not op.symbol])  # the ops written as a word
+# the ops written OP[...] x, by their token
+_BRACKETED = {op.name.upper() for op in ops.OPS if op.family in ("concat", "transpose", "reshape", "slice", "convert")}
 # the ops written OP(x, axis=N) or OP(x, y), by their token
 _CALLS = {op.name.upper(): op for op in ops.OPS
           if op.family in ("softmax", "reduce") or (op.family == "elementwise" and not op.symbol)}
@@ -138,7 +152,8 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
         if {"PLUS", "STAR", "AT"} <= set(e.allowed) and ch.isascii() and not ch.isalnum():  # after an operand
             return KinaError(Loc(filename, line, col), f"unexpected character {shown}: the operators are "
                                                        "'+', '-', '*', '/' and '@'")
-        return KinaError(Loc(filename, line, col), f"unexpected character {shown}{_expected(e.allowed, ', expected ')}")
+        allowed = {"NAME"} if set(e.allowed) == {"NAME", "LPAR"} else e.allowed  # after let: let (a, b) is rarer
+        return KinaError(Loc(filename, line, col), f"unexpected character {shown}{_expected(allowed, ', expected ')}")
     expected = set(getattr(e, "expected", ()) or ())
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
         # Lark's $END token borrows the position of the last real token: point just past it.
@@ -152,12 +167,36 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
     else:
         found = _describe_token(e.token)
     loc = Loc(filename, line, col, line, col + (len(str(e.token)) if isinstance(e, UnexpectedToken) else 1))
+    opened = _open_paren(e)
+    if isinstance(opened, Token) and opened.type == "NAME" and {"COMMA", "RPAR"} <= expected:
+        return KinaError(loc, f"expected ',' or ')' in the arguments of {opened}, found {found}")
+    if isinstance(opened, Token) and opened.type == "LET" and {"COMMA", "RPAR"} <= expected:
+        return KinaError(loc, f"expected ',' or ')' in the names of 'let (...) =', found {found}")
+    if expected == {"LSQB"} and found == "'('" and (word := _innermost(e, _BRACKETED)):  # concat(a, b): not a function
+        op = ops.BY_NAME[word.lower()]
+        return KinaError(loc, f"{op.name} is an operation of the language, written {ops.FAMILIES[op.family]}; "
+                              "it cannot be called as a function")
+    if _innermost(e, ("LET", "LBRACE", "USE")) == "USE" and "SEMICOLON" in expected:
+        if isinstance(e, UnexpectedToken) and e.token.type != "$END":
+            loc = _just_after_previous_token(text, e.token.start_pos, filename)
+        return KinaError(loc, f"expected ';' after the use, found {found}")
+    if isinstance(e, UnexpectedToken) and e.token.type == "LPAR" and _NAME_END.search(text, 0, e.token.start_pos):
+        return KinaError(loc, "a call cannot be the operand of concat, transpose, reshape, slice or convert as it "
+                              "stands: write it in parentheses, (f(...))")
+    if isinstance(e, UnexpectedToken) and str(e.token) == "use" and "LET" in expected:
+        return KinaError(loc, "a use must come before the functions of the file")
     if "SEMICOLON" in expected and _inside_let(e):
+        if isinstance(e, UnexpectedToken) and e.token.type == "RBRACE" and (paren := _call_on_next_line(e)):
+            # `let b = a` then the result tuple `(b)`: the '(' would make a call, but the ';' is missing
+            return KinaError(_just_after_previous_token(text, paren.start_pos, filename),
+                             "expected ';' after let binding, found '('")
         if isinstance(e, UnexpectedToken) and e.token.type != "$END":
             loc = _just_after_previous_token(text, e.token.start_pos, filename)
         return KinaError(loc, f"expected ';' after let binding, found {found}")
     if "COMMA" in expected and "RPAR" in expected and not _inside_let(e):
         return KinaError(loc, f"expected ',' or ')' in the result tuple, found {found}")
+    if _innermost(e, ("LET",)) and _stack_top(e) == "LET":  # let (a, b) = ... is the rarer form
+        return KinaError(loc, f"expected a name, found {found}")
     if "LET" in expected and ("RBRACE" in expected or "LPAR" in expected):
         return KinaError(loc, f"expected a let binding or the result tuple '(...)', found {found}")
     if {"LPAR", "NAME"} <= expected <= _OPERAND_START:  # where an operand must start
@@ -168,7 +207,7 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> KinaError:
         if op.family == "elementwise":
             return KinaError(loc, f"expected ',' and the second operand of {op.name}, found {found}")
         return KinaError(loc, f"expected ', axis=N' after the {op.name} operand, found {found}")
-    want = _expected(expected, "expected ")
+    want = _expected(expected - {"USE"} if "LET" in expected else expected, "expected ")  # a function starts with let
     return KinaError(loc, f"{want}, found {found}" if want else f"unexpected {found}")
 
 
@@ -187,6 +226,39 @@ def _inside_let(e: UnexpectedInput) -> bool:
     expression in some states), so look at what has been shifted: the nearest
     'let' or '{' token on the parser's value stack decides."""
     return _innermost(e, ("LET", "LBRACE")) in ("LET", None)
+
+
+def _open_paren(e: UnexpectedInput):
+    """What stands before the innermost '(' still open: a NAME token for a call's arguments,
+    LET for the names of a tuple let, another token or tree otherwise; None if no '(' is open."""
+    state = getattr(getattr(e, "interactive_parser", None), "parser_state", None)
+    stack = getattr(state, "value_stack", None) or []
+    closed = 0  # ')' shifted but not yet reduced with its '('
+    for i in range(len(stack) - 1, 0, -1):
+        if isinstance(stack[i], Token) and stack[i].type == "RPAR":
+            closed += 1
+        elif isinstance(stack[i], Token) and stack[i].type == "LPAR":
+            if not closed:
+                return stack[i - 1]
+            closed -= 1
+    return None
+
+
+def _call_on_next_line(e: UnexpectedInput) -> Token | None:
+    """The '(' of the last call on the parser's stack whose '(' is on a later line than its name."""
+    state = getattr(getattr(e, "interactive_parser", None), "parser_state", None)
+    stack = getattr(state, "value_stack", None) or []
+    for name, paren in reversed(list(zip(stack, stack[1:]))):
+        if isinstance(name, Token) and isinstance(paren, Token) and name.type == "NAME" and paren.type == "LPAR":
+            return paren if paren.line > name.line else None
+    return None
+
+
+def _stack_top(e: UnexpectedInput) -> str | None:
+    """The type of the token last shifted, if the parser's stack ends with a token."""
+    state = getattr(getattr(e, "interactive_parser", None), "parser_state", None)
+    stack = getattr(state, "value_stack", None) or []
+    return stack[-1].type if stack and isinstance(stack[-1], Token) else None
 
 
 def _innermost(e: UnexpectedInput, types) -> str | None:
@@ -225,16 +297,21 @@ class _ToAst(Transformer):
         super().__init__()
         self.f = filename
 
-    # start: function*
-    def start(self, meta, functions):
-        return functions
+    # start: use* function*
+    def start(self, meta, items):
+        return items
+
+    # use: "use" STRING ";"
+    def use(self, meta, items):
+        (path,) = items
+        return ast.Use(str(path)[1:-1], _tok_loc(self.f, path))
 
     # function: "let" NAME "=" "fn" [type_params] "(" _params ")" "->" "(" _types ")" "{" let* results "}"
     def function(self, meta, items):
         name, type_params, rest = items[0], items[1] or (), items[2:]
         params = tuple(x for x in rest if isinstance(x, ast.Param))
         types = tuple(x for x in rest if isinstance(x, ast.TypeAnn))
-        lets = tuple(x for x in rest if isinstance(x, ast.Let))
+        lets = tuple(x for x in rest if isinstance(x, (ast.Let, ast.TupleLet)))
         results = rest[-1]
         return ast.Function(str(name), params, types, lets, results, _tok_loc(self.f, name), type_params)
 
@@ -266,6 +343,19 @@ class _ToAst(Transformer):
     def let(self, meta, items):
         name, value = items
         return ast.Let(str(name), value, _tok_loc(self.f, name))
+
+    # let: "let" "(" NAME ("," NAME)* ")" "=" expr ";" -> tuple_let
+    def tuple_let(self, meta, items):
+        *names, value = items
+        first, last = names[0], names[-1]
+        span = Loc(self.f, first.line, first.column, last.end_line, last.end_column)
+        return ast.TupleLet(tuple(map(str, names)), value, span, tuple(_tok_loc(self.f, n) for n in names))
+
+    # ?atom: NAME "(" [expr ("," expr)*] ")" -> call
+    def call(self, meta, items):
+        name, *args = items
+        return ast.Call(_loc(self.f, meta), str(name), tuple(a for a in args if a is not None),
+                        callee_loc=_tok_loc(self.f, name))
 
     # results: "(" expr ("," expr)* ")"
     def results(self, meta, items):

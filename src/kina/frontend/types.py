@@ -4,8 +4,8 @@ In:  dtype and placement names, dims written as integers, names or sums of them.
 Out: frozen, hashable values: `Dim` (an affine form `c + a*X + b*Y ...`) and
      `TensorType(dtype, dims, placement)`.
 
-Guarantees: a leaf module (no `kina`, `lark` or `mlir` imports), so the runtime
-can evaluate the symbolic result shapes recorded in a sidecar. Dims are kept in
+Guarantees: a leaf module but for the dtype table (kina.dtypes, a leaf itself; no `lark` or
+`mlir` imports), so the runtime can evaluate the symbolic result shapes recorded in a sidecar. Dims are kept in
 a normal form, so two dims are equal exactly when `==` says so, and `str(dim)`
 round-trips through `Dim.parse`.
 """
@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-# dtype name -> (MLIR element type, NumPy dtype name, is floating)
-DTYPES: dict[str, tuple[str, str, bool]] = {
-    "F16": ("f16", "float16", True),
-    "BF16": ("bf16", "bfloat16", True),  # ml_dtypes.bfloat16 (the runtime imports ml_dtypes, which registers it)
-    "F32": ("f32", "float32", True),
-    "F64": ("f64", "float64", True),
-    "I32": ("i32", "int32", False),
-    "I64": ("i64", "int64", False),
-}
+from .. import dtypes as _table
+
+# Read from the dtype table (kina.dtypes), which says everything else of each dtype.
+# dtype name -> (MLIR element type, NumPy dtype name, is floating); a block format's are its storage's
+DTYPES: dict[str, tuple[str, str, bool]] = {d.name: (d.mlir, d.numpy, d.floating) for d in _table.DTYPES.values()}
 PLACEMENTS = ("host", "device")
-DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I32": 4, "I64": 8}
+DTYPE_BYTES = {d.name: d.size for d in _table.DTYPES.values()}  # a block format's: per block
+BLOCKS = {d.name: (d.block, d.size) for d in _table.DTYPES.values() if d.blocked}  # elements and bytes a block
 # floating dtype -> (significand bits, exponent of its smallest subnormal, largest finite value)
-FLOAT_FORMATS = {"F16": (11, -24, 65504.0), "BF16": (8, -133, 3.3895313892515355e38),
-                 "F32": (24, -149, 3.4028234663852886e38), "F64": (53, -1074, 1.7976931348623157e308)}
+FLOAT_FORMATS = {d.name: d.float_format for d in _table.DTYPES.values() if d.float_format}
 
 
 def nearest(dtype: str, value: int | float) -> int | float:
@@ -99,6 +96,15 @@ class Dim:
     def evaluate(self, env: dict[str, int]) -> int:
         return self.const + sum(c * env[n] for n, c in self.terms)
 
+    def substitute(self, values: Mapping[str, int | Dim]) -> "Dim":
+        """This dim with each name in `values` replaced by its value, an int or itself a dim,
+        all at once: S+1 with S=128 is 129, and with S=T+1 (a caller's dim) it is T+2."""
+        out = Dim(self.const)
+        for name, c in self.terms:
+            value = Dim.of(values[name]) if name in values else Dim(0, ((name, 1),))
+            out = out + Dim(value.const * c, tuple((n, k * c) for n, k in value.terms))
+        return out
+
     def __str__(self) -> str:
         # a coefficient is written as repeated names (S+S), the only form the grammar has
         parts = [name for name, c in self.terms for _ in range(c)] if all(c > 0 for _, c in self.terms) \
@@ -134,6 +140,11 @@ class TensorType:
         return DTYPES[self.dtype][2]
 
     @property
+    def is_blocked(self) -> bool:
+        """A block-quantized format (Q4_1, ...): blocked along dim -2, stored as GGUF's [..., N, K] rows."""
+        return self.dtype in BLOCKS
+
+    @property
     def is_static(self) -> bool:
         return all(d.is_static for d in self.dims)
 
@@ -144,11 +155,27 @@ class TensorType:
         return f"tensor<{self.dtype}, {self.shape_str()}, @{self.placement}>"
 
     def nbytes(self, env: dict[str, int] | None = None) -> int:
-        """Bytes of a tensor of this type, with the dim names' values from `env`."""
-        n = DTYPE_BYTES[self.dtype]
+        """Bytes of a tensor of this type, with the dim names' values from `env` (a block
+        format's: its whole blocks)."""
+        n = 1
         for d in self.dims:
             n *= d.evaluate(env or {})
-        return n
+        block, size = BLOCKS.get(self.dtype, (1, DTYPE_BYTES[self.dtype]))
+        return n // block * size
+
+    def storage_dims(self, layout: str | None = None) -> tuple["Dim", ...]:
+        """The dims of what holds it: its own, or a block format's bytes [..., N, K / block * size]
+        (GGUF's rows: each of the N columns a run of the K / block blocks along dim -2); in the
+        layout "tiled16" (fuse-dequant-matmul's), [..., N / 16, K / block * size * 16]."""
+        if not self.is_blocked:
+            return self.dims
+        block, size = BLOCKS[self.dtype]
+        *batch, K, N = self.dims
+        row = K.const // block * size
+        if layout is None:
+            return (*batch, N, Dim(row))
+        tile = int(layout.removeprefix("tiled"))
+        return (*batch, Dim(N.const // tile), Dim(row * tile))
 
     def to_json(self) -> dict:
         return {"dtype": self.dtype, "dims": [str(d) for d in self.dims], "placement": self.placement}
@@ -170,16 +197,30 @@ class Signature:
     params: tuple[tuple[str, TensorType], ...]
     results: tuple[TensorType, ...]
     temporaries: tuple[TensorType, ...] = ()
+    layouts: tuple[tuple[str, str], ...] = ()  # a block-quantized parameter's bytes' layout, if not GGUF's rows
+
+    def layout(self, param: str) -> str | None:
+        return dict(self.layouts).get(param)
+
+    def storage_types(self) -> tuple[TensorType, ...]:
+        """Each parameter's type as the compiled code takes it: a block format's, its bytes'
+        dims in its layout (`TensorType.storage_dims`), the dtype kept (its NumPy one is uint8)."""
+        return tuple(TensorType(t.dtype, t.storage_dims(self.layout(n)), t.placement) if t.is_blocked else t
+                     for n, t in self.params)
 
     def to_json(self) -> dict:
-        return {"name": self.name,
-                "params": [{"name": n, **t.to_json()} for n, t in self.params],
-                "results": [t.to_json() for t in self.results],
-                "temporaries": [t.to_json() for t in self.temporaries]}
+        out = {"name": self.name,
+               "params": [{"name": n, **t.to_json()} for n, t in self.params],
+               "results": [t.to_json() for t in self.results],
+               "temporaries": [t.to_json() for t in self.temporaries]}
+        if self.layouts:
+            out["layouts"] = dict(self.layouts)
+        return out
 
     @staticmethod
     def from_json(obj: dict) -> "Signature":
         return Signature(obj["name"], tuple((p["name"], TensorType.from_json(p)) for p in obj["params"]),
                          tuple(TensorType.from_json(r) for r in obj["results"]),
-                         tuple(TensorType.from_json(t) for t in obj.get("temporaries", ())))
+                         tuple(TensorType.from_json(t) for t in obj.get("temporaries", ())),
+                         tuple(sorted(obj.get("layouts", {}).items())))
 

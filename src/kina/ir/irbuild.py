@@ -25,12 +25,15 @@ def print_ir(module: ir.Module, locations: bool = False) -> str:
 
 def element_type(dtype: str) -> ir.Type:
     return {"f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get, "f64": ir.F64Type.get,
-            "i32": lambda: ir.IntegerType.get_signless(32), "i64": lambda: ir.IntegerType.get_signless(64),
+            "i8": lambda: ir.IntegerType.get_signless(8), "i32": lambda: ir.IntegerType.get_signless(32),
+            "i64": lambda: ir.IntegerType.get_signless(64),
             }[DTYPES[dtype][0]]()
 
 
 def tensor_type(t: TensorType) -> ir.RankedTensorType:
-    return ir.RankedTensorType.get([d.const if d.is_static else DYN for d in t.dims], element_type(t.dtype))
+    """The tensor type of `t`; a block format's is its bytes, i8 [..., N, K / block * size]."""
+    return ir.RankedTensorType.get([d.const if d.is_static else DYN for d in t.storage_dims()],
+                                   element_type(t.dtype))
 
 
 def index(value: int) -> ir.Value:

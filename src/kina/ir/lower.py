@@ -49,6 +49,7 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, math, tensor
 
 from ..frontend import ast, ops
+from . import blocks
 from ..frontend.ops import WIDE
 from .irbuild import (DYN, affine_map, broadcast_matmul_maps, element_type, extend, generic, index, mac, mixed,
                       slice_args, tensor_type)
@@ -214,8 +215,15 @@ def _concat(low: _FunctionLowering, e: ast.Concat) -> ir.Value:
 
 @lowers("matmul")
 def _matmul(low: _FunctionLowering, e: ast.MatMul) -> ir.Value:
+    """The product summed in k order (`mac`); a block-quantized rhs is dequantized first
+    (kina.ir.blocks: ordinary ops on its bytes, into F32), against which the activations are
+    widened as an F16 matrix would be: the sums run in F32, rounded once to lhs's dtype."""
     lhs, rhs = low.expr(e.lhs), low.expr(e.rhs)
-    maps, iterators = broadcast_matmul_maps(e.lhs.type, e.rhs.type, e.type)
+    rhs_t = e.rhs.type
+    if rhs_t.is_blocked:
+        rhs = blocks.dequantize(low, rhs, rhs_t)
+        rhs_t = TensorType("F32", rhs_t.dims, rhs_t.placement)
+    maps, iterators = broadcast_matmul_maps(e.lhs.type, rhs_t, e.type)
     wide = _wide(e.type, ops.of(e))
     acc = generic([lhs, rhs], [low.fill(wide, 0.0)], maps[:3], iterators, lambda x, y, a: [mac(x, y, a)])[0]
     return acc if wide == e.type else low.convert(acc, e.type)
@@ -360,8 +368,13 @@ def _transpose(low: _FunctionLowering, e: ast.Transpose) -> ir.Value:
 
 @lowers("convert")
 def _convert(low: _FunctionLowering, e: ast.Convert) -> ir.Value:
-    """One elementwise `linalg.generic` of `cast` (a convert to the operand's dtype is gone after check)."""
-    return low.convert(low.expr(e.operand), e.type)
+    """One elementwise `linalg.generic` of `cast` (a convert to the operand's dtype is gone after
+    check); from a block format, its dequantization (into F32, then cast if another dtype)."""
+    x = low.expr(e.operand)
+    if e.operand.type.is_blocked:
+        x = blocks.dequantize(low, x, e.operand.type)
+        return x if e.type.dtype == "F32" else low.convert(x, e.type)
+    return low.convert(x, e.type)
 
 
 def reshape_groups(src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> list[tuple[list[int], list[int]]]:

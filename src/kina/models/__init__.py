@@ -1,18 +1,31 @@
-"""The models: a KV cache and decoders built on compiled Kina programs.
+"""The models: decoder-only transformers whose every layer is one compiled Kina call.
 
-    common.py   shared checks, kernels, the greedy loop (`Decoder`); imports no model
-    kvcache.py  KVCache (preallocated, in-place step), prefill, causal attention
-    tiny.py     TinyDecoder, attention in Kina, the rest in NumPy
-    storylm.py  StoryLM, the Llama-family decoder whose every layer step is one Kina call
-    hf.py       Hugging Face folders (Llama, Mistral, Qwen2) into a StoryLM, and their tokenizers
-    sampling.py greedy, temperature, top-k and top-p choice of the next token
-    generate.py text in, text out (Pretrained), and the `kina generate` command
-    kernels/    the Kina programs they compile
+    config.py       DecoderConfig: an architecture's numbers, nothing else (and Rope)
+    families/       one module per architecture family, with its kernel: llama.py + llama.kina
+    decoder.py      Decoder: any family's kernel, its parameters bound by name; prefill, step, generation
+    cache.py        DecoderCache: a sequence's keys and values, every layer's
+    weights.py      a decoder's weights checked once against its family's layout; seeded weights
+    checkpoints/    readers: Hugging Face folders (hf.py), and the one CheckpointError
+    tokenizer.py    Text: a tokenizers.Tokenizer with the model's special ids and chat template
+    generation.py   the generation loop every model shares (Generator), greedy, causal_mask
+    sampling.py     greedy, temperature, top-k and top-p choice of the next token
+    storylm.py      StoryLM: a seeded Llama-family Decoder (StoryLM-0 by default), and NumPyStoryLM
+    generate.py     text in, text out (Pretrained), and the `kina generate` command
+    seed/           the seed's KVCache and TinyDecoder, and their attention kernels
+
+    kina.models.load("path/to/folder")          # the Decoder of a checkpoint
 """
-from .common import Generation, causal_mask
-from .kvcache import CacheFullError, KVCache, causal_attention, prefill
-from .storylm import NumPyStoryLM, StoryCache, StoryLM
-from .tiny import TinyDecoder
+from .cache import DecoderCache
+from .checkpoints import CheckpointError, load
+from .config import DecoderConfig, Rope
+from .decoder import Decoder
+from .generation import Generation, causal_mask
+from .seed.kvcache import CacheFullError, KVCache, causal_attention, prefill
+from .seed.tiny import TinyDecoder
+from .storylm import NumPyStoryLM, StoryLM
 
-__all__ = ["CacheFullError", "Generation", "KVCache", "NumPyStoryLM", "StoryCache", "StoryLM", "TinyDecoder",
-           "causal_attention", "causal_mask", "prefill"]
+StoryCache = DecoderCache  # the name it had
+
+__all__ = ["CacheFullError", "CheckpointError", "Decoder", "DecoderCache", "DecoderConfig", "Generation", "KVCache",
+           "NumPyStoryLM", "Rope", "StoryCache", "StoryLM", "TinyDecoder", "causal_attention", "causal_mask", "load",
+           "prefill"]

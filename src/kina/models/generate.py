@@ -1,6 +1,6 @@
 """Text in, text out: a Hugging Face model folder run by Kina, and the `kina generate` command.
 
-In:  a model folder (see kina.models.hf), a prompt as text or token ids, and the
+In:  a model folder (see kina.models.checkpoints), a prompt as text or token ids, and the
      generation settings (max_new_tokens, a `Sampler`'s temperature/top_k/top_p/seed,
      stop strings). On the command line:
 
@@ -34,7 +34,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .hf import CheckpointError, Text, load_pretrained, load_tokenizer, read_config
+from . import checkpoints
+from .checkpoints import CheckpointError
+from .tokenizer import Text
 from .sampling import Sampler
 
 
@@ -54,21 +56,22 @@ class Completion:
 
 
 class Pretrained:
-    """A model folder's StoryLM and, when it has one, its tokenizer.
+    """A checkpoint's Decoder and, when it has one, its tokenizer.
 
         m = Pretrained("path/to/folder")               # weights as float32
         m.generate("Once upon a time", max_new_tokens=32).text
         m.generate([1, 415, 2936], temperature=0.8, top_p=0.9, seed=0).ids
 
     The model is loaded for `max_seq_len` positions (default: the config's
-    max_position_embeddings, at most kina.models.hf.DEFAULT_MAX_SEQ_LEN).
+    max_position_embeddings, at most kina.models.decoder.DEFAULT_MAX_SEQ_LEN).
     """
 
     def __init__(self, folder: str | os.PathLike, dtype=None, max_seq_len: int | None = None,
                  allow_nonfinite: bool = False, fma: bool = False, weight_dtype=None):
         self.folder = Path(folder)
-        self.model = load_pretrained(self.folder, dtype, max_seq_len, allow_nonfinite, fma, weight_dtype)
-        self.text: Text | None = load_tokenizer(self.folder) if (self.folder / "tokenizer.json").is_file() else None
+        self.model = checkpoints.load(self.folder, dtype=dtype, max_seq_len=max_seq_len,
+                                      allow_nonfinite=allow_nonfinite, fma=fma, weight_dtype=weight_dtype)
+        self.text: Text | None = checkpoints.load_text(self.folder)
 
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -196,8 +199,11 @@ def _generate(args) -> int:
         raise ValueError(f"--max-new-tokens: expected an int >= 1, got {args.max_new_tokens}")
     Sampler(args.temperature, args.top_k, args.top_p, args.seed)  # the flags, checked before the load
     folder = Path(args.model_dir)
-    read_config(folder)  # a bad folder fails here, before the tokenizer or the weights are read
-    text = load_tokenizer(folder) if args.prompt is not None or (folder / "tokenizer.json").is_file() else None
+    checkpoints.describe(folder)  # a bad folder fails here, before the tokenizer or the weights are read
+    text = checkpoints.load_text(folder)
+    if args.prompt is not None and text is None:
+        raise CheckpointError(f"{folder / 'tokenizer.json'}: no such file (pass token ids instead, or add the "
+                              "model's tokenizer)")
     ids = text.encode(args.prompt) if args.prompt is not None else args.prompt_ids  # sizes the model's positions
     t0 = time.perf_counter()
     m = Pretrained(folder, runtime.numpy_dtype(args.dtype), max_seq_len=len(ids) + args.max_new_tokens,

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import common
+from . import generation
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Sampler:
     def chooser(self) -> Callable[[np.ndarray], int]:
         """logits -> token id, drawing from a generator seeded once, here."""
         if self.greedy:
-            return common.greedy
+            return generation.greedy
         rng = np.random.default_rng(self.seed)
 
         def choose(logits: np.ndarray) -> int:

@@ -9,6 +9,7 @@
     pool.py      recycled result memory
     cpu.py       the CPU a .so needs and the one it runs on
     arena.py     a model's weights in one block of huge pages
+    quant.py     QuantizedArray: block-quantized bytes with their logical shape, and their values
     kina_threads.c, kina_abi.h   the C runtime linked into a threaded .so, and its ABI
 
 Which threads run a call (`threads` > 1; with 1, or for a function without a threaded
@@ -30,7 +31,8 @@ from .binding import MEMORY_BYTES, CheckPlan, bind, result_shapes
 from .calls import THREADED_MIN_BYTES, Function, default_threads
 from .module import LoadError, Module, load
 from .prepared import CallSequence, PreparedCall
+from .quant import QuantizedArray
 
 __all__ = ["ALIGN", "MEMORY_BYTES", "RESULTS", "THREADED_MIN_BYTES", "CallSequence", "CheckPlan", "Function", "LoadError",
-           "Module", "PreparedCall", "as_ndarray", "as_passable", "bind", "default_threads", "empty", "load",
+           "Module", "PreparedCall", "QuantizedArray", "as_ndarray", "as_passable", "bind", "default_threads", "empty", "load",
            "numpy_dtype", "passable", "release_memory", "result_shapes", "set_memory_limit", "zeros"]

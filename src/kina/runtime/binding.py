@@ -7,7 +7,9 @@ Out: `bind`: the arguments as passable NumPy arrays (`kina.runtime.arrays`) and 
 
 Guarantees: every argument is checked for count, type, dtype, rank and shape, and every
 symbolic dim binds to one value (compound dims like S+1 included); a mismatch is a
-TypeError or ValueError naming the parameter, never a crash. Sizes whose intermediates
+TypeError or ValueError naming the parameter, never a crash. A block-quantized parameter
+takes a `QuantizedArray` of its format, checked against its logical shape, and is passed
+as its bytes in the layout the build chose (`Signature.layouts`: `quant.storage`). Sizes whose intermediates
 could not fit in this machine's memory (`MEMORY_BYTES`) are refused, since the compiled
 code cannot report a failed allocation.
 """
@@ -19,6 +21,7 @@ import numpy as np
 
 from ..frontend.types import Signature
 from .arrays import as_ndarray, as_passable, numpy_dtype
+from .quant import QuantizedArray, storage
 
 
 def _memory_bytes() -> int:
@@ -67,22 +70,25 @@ class CheckPlan:
 
 def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[list[np.ndarray], dict[str, int]]:
     """Check `args` against `sig`; return them as passable NumPy arrays (see `as_ndarray` and
-    `passable`), with the value of every dim name."""
+    `passable`; a QuantizedArray as its bytes, `quant.storage`), with the value of every dim name."""
     plan = plan or CheckPlan(sig)
     name, params = sig.name, plan.params
     if len(args) != len(params):
         names = ", ".join(n for n, _ in sig.params)
         raise TypeError(f"{name}() takes {len(params)} arguments ({names}), got {len(args)}")
-    arrays, env, where = [], {}, {}
+    checked, env, where = [], {}, {}
     for (pname, t, want, static, symbols, _), a in zip(params, args):
-        if not isinstance(a, np.ndarray):
-            a = as_ndarray(a, t, f"{name}(): parameter '{pname}'")
-        if a.dtype != want:
-            raise TypeError(f"{name}(): parameter '{pname}' expects dtype {want} ({t.dtype}), got {a.dtype}")
+        if t.is_blocked:
+            a = _quantized(name, pname, t, a)
+        else:
+            if not isinstance(a, np.ndarray):
+                a = as_ndarray(a, t, f"{name}(): parameter '{pname}'")
+            if a.dtype != want:
+                raise TypeError(f"{name}(): parameter '{pname}' expects dtype {want} ({t.dtype}), got {a.dtype}")
         shape = a.shape
         if len(shape) != t.rank:
             raise ValueError(f"{name}(): parameter '{pname}' expects rank {t.rank} {t.shape_str()}, "
-                             f"got rank {a.ndim} with shape {list(shape)}")
+                             f"got rank {len(shape)} with shape {list(shape)}")
         for axis, value in static:
             if shape[axis] != value:
                 raise ValueError(f"{name}(): parameter '{pname}' expects shape {t.shape_str()}, "
@@ -92,8 +98,8 @@ def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[li
             if sym in env and env[sym] != n:
                 raise ValueError(f"{name}(): dim {sym} is {env[sym]} from {where[sym]} but {n} from {pname} (dim {axis})")
             env[sym], where[sym] = n, pname
-        arrays.append(as_passable(a))
-    for (pname, *_, compound), a in zip(params, arrays):  # compound dims like S+1 in a parameter
+        checked.append(a)
+    for (pname, *_, compound), a in zip(params, checked):  # compound dims like S+1 in a parameter
         for axis, d in compound:
             if d.evaluate(env) != a.shape[axis]:
                 raise ValueError(f"{name}(): parameter '{pname}' dim {axis} must be {d} = {d.evaluate(env)}, "
@@ -105,7 +111,20 @@ def bind(sig: Signature, args: tuple, plan: CheckPlan | None = None) -> tuple[li
         sizes = ", ".join(f"{k}={v}" for k, v in env.items()) or "these static sizes"
         raise ValueError(f"{name}(): at {sizes} its intermediate tensors need {need} bytes, "
                          f"more than this machine's {MEMORY_BYTES} bytes of memory")
+    arrays = [storage(a, sig.layout(pname)) if isinstance(a, QuantizedArray) else as_passable(a)
+              for (pname, *_), a in zip(params, checked)]
     return arrays, env
+
+
+def _quantized(fname: str, pname: str, t, a) -> QuantizedArray:
+    """A block-quantized parameter's argument: a QuantizedArray of its format."""
+    if not isinstance(a, QuantizedArray):
+        got = f"a {a.dtype} array" if isinstance(a, np.ndarray) else type(a).__name__
+        raise TypeError(f"{fname}(): parameter '{pname}' is {t.dtype} {t.shape_str()}: it takes a "
+                        f"kina.runtime.QuantizedArray of that format, got {got}")
+    if a.dtype != t.dtype:
+        raise TypeError(f"{fname}(): parameter '{pname}' expects {t.dtype} blocks, got {a.dtype}")
+    return a
 
 
 def result_shapes(sig: Signature, env: dict[str, int]) -> list[tuple[int, ...]]:

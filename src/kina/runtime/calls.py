@@ -36,6 +36,7 @@ from . import workers
 from .arrays import RESULTS, numpy_dtype, passable, zeros
 from .binding import CheckPlan, bind
 from .pool import data_pointer
+from .quant import QuantizedArray, storage
 
 
 def descriptor_words(arrays) -> array.array:
@@ -105,6 +106,15 @@ class Function:
             counters.restype, counters.argtypes = ctypes.c_int64, []
             self._counter_bytes = counters()
         self._result_dtypes = [numpy_dtype(t.dtype) for t in sig.results]
+        self.storage_types = sig.storage_types()  # the parameters' types as the compiled code takes them
+
+    def storage_of(self, param: int, a):
+        """Argument `param` as the compiled code takes it: a QuantizedArray as its bytes in the
+        layout the build chose for that parameter (`quant.storage`); anything else as it is.
+        For `call_unchecked` and `prepare`, which take arrays as the code takes them."""
+        if isinstance(a, QuantizedArray):
+            return storage(a, self.signature.layout(self.signature.params[param][0]))
+        return a
 
     def __repr__(self) -> str:
         params = ", ".join(f"{n}: {t}" for n, t in self.signature.params)

@@ -71,9 +71,9 @@ class PreparedCall:
         self.threads = threads  # > 1: the threaded entry on that many threads, if the function has one
         self._workspace = Workspace()
         sig, starts = fn.signature, [offset // 8 for offset in fn._offsets]
-        types = [*(t for _, t in sig.params), *sig.results]
+        types = [*fn.storage_types, *sig.results]
         names = [*(n for n, _ in sig.params), *(f"out{i}" for i in range(len(sig.results)))]
-        arrays, outs = list(arrays), list(outs)
+        arrays, outs = [fn.storage_of(i, a) for i, a in enumerate(arrays)], list(outs)
         if len(arrays) != len(sig.params) or len(outs) != len(sig.results):
             raise TypeError(f"{sig.name}(): prepare takes {len(sig.params)} arrays and {len(sig.results)} outs "
                             f"({', '.join(names)}), got {len(arrays)} and {len(outs)}")
@@ -257,7 +257,7 @@ class PreparedCall:
 
 
 class CallSequence:
-    """Prepared calls of one module run in order, in one entry from the host:
+    """Prepared calls run in order, in one entry from the host:
 
         steps = CallSequence([layer_0, layer_1, ..., head])   # PreparedCalls
         steps.threads = 2
@@ -291,11 +291,11 @@ class CallSequence:
             if not isinstance(c, PreparedCall):
                 raise TypeError(f"CallSequence: calls[{i}] must be a PreparedCall (Function.prepare), "
                                 f"got {type(c).__name__}")
+        # Calls may be of several modules (builds of one kernel for layers whose weights differ in
+        # dtype): they run on the first's team and sequence runner, which keep no state of their own
+        # (kina_threads.c: the team and the workspace are passed in), each call's entry its own module's.
         module = calls[0]._fn._module
-        for i, c in enumerate(calls):
-            if c._fn._module is not module:
-                raise ValueError(f"CallSequence: calls[{i}] is of {c._fn._module.path.name}, calls[0] of "
-                                 f"{module.path.name}: every call must be of one module")
+        self._modules = list({id(c._fn._module): c._fn._module for c in calls}.values())
         self.calls, self._module, self.threads = calls, module, check_threads("CallSequence", threads)
         self._dims: dict = {}  # dim -> (the largest value every call takes, each call's size words): set_dim
         n = len(calls)
@@ -331,8 +331,9 @@ class CallSequence:
 
     def __call__(self) -> None:
         module, threads = self._module, check_threads("CallSequence", self.threads)
-        if module.closed:
-            raise ValueError(f"CallSequence: the module {module.path.name} is closed")
+        for m in self._modules:
+            if m.closed:
+                raise ValueError(f"CallSequence: the module {m.path.name} is closed")
         for c in self.calls:
             if c._stale:
                 c._check()

@@ -33,8 +33,10 @@ from .copies_to_linalg import CopiesToLinalg
 from .exp_to_arith import ExpToArith
 from .fence_nontemporal import FenceNontemporal
 from .fuse_concat_matmul import FuseConcatMatmul
+from .fuse_dequant_matmul import FuseDequantMatmul
 from .in_place_copies import InPlaceCopies
 from .matmul_loops import MatmulLoops
+from .quantized_matmul_loops import QuantizedMatmulLoops
 from .reuse_dying_operands import ReuseDyingOperands
 from .split_k import SplitK
 from .sum_loops import SumLoops
@@ -46,6 +48,7 @@ Pass = KinaPass | UpstreamPass
 
 PASSES: tuple[Pass, ...] = (
     FuseConcatMatmul(),
+    FuseDequantMatmul(),
     ReuseDyingOperands(),
     Abi(),
     UpstreamPass("bufferize", "one-shot bufferization: tensors to memrefs, in place where it can",
@@ -55,6 +58,7 @@ PASSES: tuple[Pass, ...] = (
     SplitK(),
     Threads(),
     InPlaceCopies(),
+    QuantizedMatmulLoops(),
     MatmulLoops(),
     SumLoops(),
     BroadcastLoops(),
@@ -137,3 +141,27 @@ def table(flags=("avx512f",), cores: int | None = None) -> str:
     lines.append("")
     lines.append("Options go in braces, as in mlir-opt: kinac opt FILE.mlir --passes 'matmul-loops{unroll=4},sum-loops'")
     return "\n".join(lines) + "\n"
+
+
+def markdown() -> str:
+    """The pass table as docs/compiler.md shows it, between its markers: one row per pass
+    (name, kind, whether it runs at -O0, summary, options with their defaults), then each
+    pass's options with their doc and valid values. Built from the declarations alone, so
+    `python -m kina.ir.passes` prints it and a test keeps the doc the same; an option that
+    a build for a CPU without AVX-512 runs with another value (`for_target`) says so."""
+    esc = lambda text: text.replace("|", "\\|").replace("<", "&lt;")  # a table cell, not HTML
+    no_avx512 = for_target(())
+    rows = ["| pass | kind | at `-O0` | what it does | options (defaults) |", "| --- | --- | --- | --- | --- |"]
+    details = []
+    for p in PASSES:
+        what = esc(p.summary) + (f" (mlir-opt: `{p.pipeline}`)" if p.kind == "upstream" else "")
+        options = ", ".join(f"`{o.shown}`" for o in p.options())
+        rows.append(f"| `{p.name}` | {'Kina' if p.kind == 'kina' else p.kind} | "
+                    f"{'off' if p.optimisation else 'on'} | {what} | {options} |")
+        if p.options():
+            details += ["", f"`{p.name}`:"]
+            for o in p.options():
+                other = getattr(no_avx512[p.name], o.field)
+                note = f"; without AVX-512, `{o.name}={show_value(other)}`" if other != o.default else ""
+                details.append(f"- `{o.shown}`: {esc(o.doc)} ({esc(o.expected)}{note})")
+    return "\n".join(rows + details) + "\n"

@@ -19,7 +19,8 @@ static sizes along the split); else they are sized at run time (`symbolic`), up 
 thread.
 
 Guarantees: a plan cuts only parallel loops that index every output, each operand by
-at most one of its dims; an op with `linalg.index` in its body, or no elements, gets none.
+at most one of its dims, and never a loop whose index the body reads (`linalg.index`: a part
+would see its own indices from 0); an op with no elements gets none.
 """
 from __future__ import annotations
 
@@ -111,8 +112,10 @@ def _loop_dims(op) -> tuple[int, list[str]]:
 def plan_of(op, opts: "Threads"):
     """How to split `op`: (loop dim, [(operand index, value, result position or None)], extent source,
     align, bytes known statically or None); None to run it on thread 0 alone."""
-    if op.name == "linalg.generic" and any(o.name == "linalg.index" for o in walk(op)):
-        return None
+    # a loop whose index the body reads (linalg.index) is not cut: a part would see its own
+    # indices from 0 (a fused quantized matmul reads only its reduction loops' indices)
+    indexed = {ir.IntegerAttr(o.attributes["dim"]).value for o in walk(op) if o.name == "linalg.index"} \
+        if op.name == "linalg.generic" else set()
     n_loops, iterators = _loop_dims(op)
     operands = _operands_and_maps(op)
     if any(0 in ir.MemRefType(v.type).shape for _, v, _ in operands):
@@ -122,7 +125,7 @@ def plan_of(op, opts: "Threads"):
         return None
     candidates = []
     for d in range(n_loops):
-        if iterators[d] != "parallel":
+        if iterators[d] != "parallel" or d in indexed:
             continue
         where, ok = [], True
         for k, v, m in operands:

@@ -174,8 +174,9 @@ def _fusable(g1, plan1, g2, plan2) -> bool:
     loops of different extents, every such buffer cut by both into the same ranges of its
     elements (_span; see _absorb)."""
     (src1, pos1), (src2, pos2) = plan1.source, plan2.source
-    key = extent_key(src1, pos1)
-    same_loop = key is not None and key == extent_key(src2, pos2) and plan1.width == plan2.width
+    key, other = extent_key(src1, pos1), extent_key(src2, pos2)
+    # keys of one kind only: an MLIR value's == refuses None (and another kind is another extent)
+    same_loop = key is not None and type(key) is type(other) and key == other and plan1.width == plan2.width
     if not same_loop and not (plan1.width and plan2.width and parts_of(plan1) == parts_of(plan2)):
         return False
     if is_batch(src1, pos1) or is_batch(src2, pos2):

@@ -16,8 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import runtime
-from .common import Decoder, count, kina_dtype
+from ... import runtime
+from ..generation import Generator, count, kina_dtype
 from .kvcache import CacheFullError, KVCache, causal_attention, prefill
 
 def _rms_norm(x: np.ndarray) -> np.ndarray:
@@ -34,7 +34,7 @@ def _positions(start: int, count: int, d_model: int, dtype) -> np.ndarray:
     return enc.astype(dtype)
 
 
-class TinyDecoder(Decoder):
+class TinyDecoder(Generator):
     """A deterministic decoder-only transformer with seeded random weights.
 
     Per layer: RMS norm, multi-head causal self-attention (compiled Kina), a

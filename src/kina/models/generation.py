@@ -1,43 +1,27 @@
-"""What the decoder models share: dtypes, argument checks, compiled kernels, generation.
+"""The generation loop every model shares, and the small checks the models use.
 
-In:  NumPy dtypes and sizes as users give them; the name of a kernel in `kernels/`.
-Out: `kina_dtype`, `count` (checked arguments); `kernel_program` (a kernel compiled
-     once per dtype); `causal_mask`; `count_nan` and `greedy` (isnan and argmax, fast
-     over F16 and BF16 too); `Generation`; and `Decoder`, the generation loop
-     (greedy, or any `choose`) over any model with `prefill`, `step`, `recompute` and
-     `new_cache`.
+In:  NumPy dtypes and sizes as users give them; logits.
+Out: `kina_dtype`, `count` (checked arguments); `causal_mask`; `count_nan` and `greedy`
+     (isnan and argmax, fast over F16 and BF16 too); `Generation`; and `Generator`, the
+     generation loop (greedy, or any `choose`) over any model with `prefill`, `step`,
+     `recompute` and `new_cache`.
 
 Guarantees: a bad argument is a TypeError or ValueError naming the parameter. This
 module is imported by every model and imports none of them, so the models form no
-cycle. Nothing here imports `mlir` or `lark` until a kernel is first compiled.
+cycle. Nothing here imports `mlir` or `lark`.
 """
 from __future__ import annotations
 
-import functools
 import numbers
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from .. import runtime
 
-KERNELS = Path(__file__).resolve().parent / "kernels"
 KINA_DTYPES = {runtime.numpy_dtype(d): d for d in ("F16", "BF16", "F32", "F64")}  # BF16: ml_dtypes.bfloat16
-
-
-def kernel_program(name: str, dtype: np.dtype):
-    """kernels/<name>.kina (generic in its element type T) compiled for `dtype`."""
-    from ..driver.pipeline import Options
-    return _compiled(name, KINA_DTYPES[dtype], Options())
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(name: str, dtype: str, options):
-    import kina
-    return kina.compile_file(KERNELS / f"{name}.kina", options, dtypes={"T": dtype})
 
 
 def kina_dtype(dtype, name: str = "dtype") -> np.dtype:
@@ -109,7 +93,7 @@ class Generation:
     step_seconds: list[float] = field(default_factory=list)
 
 
-class Decoder:
+class Generator:
     """Greedy generation over a model's `prefill`, `step` and `recompute`.
 
     A subclass has `vocab_size`, `max_seq_len` and `dtype`, and defines

@@ -9,12 +9,12 @@ Out: `KVCache`, one attention layer's keys and values in buffers of T_max
      without it (full causal attention recomputed at every step).
 
 Guarantees:
-  - Attention runs compiled Kina (kernels/attention.kina, and the prefill in
-    kernels/prefill.kina, which examples/storylm0_prefill.kina links to), compiled
+  - Attention runs compiled Kina (attention.kina, and the prefill in
+    prefill.kina, which examples/storylm0_prefill.kina links to), compiled
     once per dtype (F16, BF16 as `ml_dtypes.bfloat16`, F32, F64). It is given only
     the filled prefix, so its cost is linear in n_filled, never in T_max, and the
     unused slots (zeros, stale data, NaN) never change a result.
-  - `KVCache.attend` computes exactly what the functional Section 19 step
+  - `KVCache.attend` computes exactly what the functional StoryLM-0 decode step
     (examples/storylm0_kv_step_dyn.kina) computes, bit for bit.
   - A failed call changes nothing: `append` raises `CacheFullError` before
     writing, and `step` checks all of its arguments before it appends.
@@ -28,8 +28,9 @@ import numbers
 
 import numpy as np
 
-from .. import runtime
-from .common import causal_mask, count, kernel_program, kina_dtype, shape_str
+from ... import runtime
+from ..generation import causal_mask, count, kina_dtype, shape_str
+from . import kernel_program
 
 
 class CacheFullError(ValueError):
@@ -290,7 +291,7 @@ class KVCache:
         call.set_data("out0", out)
 
     def step(self, q: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, scale: float) -> np.ndarray:
-        """The Section 19 step in place: append k_new and v_new, then attend with q."""
+        """The StoryLM-0 decode step in place: append k_new and v_new, then attend with q."""
         self._query("step", q)
         s = self._scale("step", scale)
         n = self._check_kv("step", k_new, v_new)  # everything is checked before the cache changes

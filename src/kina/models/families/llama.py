@@ -1,0 +1,177 @@
+"""The Llama family: Llama 2 and 3, Mistral, Qwen2, SmolLM, and StoryLM-0.
+
+Per layer, h = x + Attn(RMSNorm(x)) and out = h + MLP(RMSNorm(h)): RMSNorm with a gain
+and eps computed in F32, NeoX rotary embedding on q and k, grouped-query attention scaled
+by 1/sqrt(head_dim), a SwiGLU MLP; then a final RMSNorm and the output head (tied to the
+embedding table or not). Qwen2 adds q/k/v biases, Llama's `attention_bias` o's too. The
+kernel is llama.kina.
+
+From Hugging Face folders: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM. From
+GGUF files: architecture `llama`, whose q and k rows llama.cpp's converter permuted so
+that its interleaved rotary applies (`transform` puts them back; whole rows move, so a
+quantized matrix is permuted without requantizing).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ROPE_TYPES, DecoderConfig, Rope
+from . import Family, Tensor
+
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
+
+
+def tensors(config: DecoderConfig) -> list[Tensor]:
+    L = "model.layers.{i}."
+    B = "blk.{i}."
+    out = [
+        Tensor("attn_norm", ("d_model",), L + "input_layernorm.weight", B + "attn_norm.weight"),
+        Tensor("wq", ("d_model", "q_dim"), L + "self_attn.q_proj.weight", B + "attn_q.weight", transposed=True),
+        Tensor("wk", ("d_model", "kv_dim"), L + "self_attn.k_proj.weight", B + "attn_k.weight", transposed=True),
+        Tensor("wv", ("d_model", "kv_dim"), L + "self_attn.v_proj.weight", B + "attn_v.weight", transposed=True),
+        Tensor("wo", ("q_dim", "d_model"), L + "self_attn.o_proj.weight", B + "attn_output.weight", transposed=True),
+        Tensor("bq", ("q_dim",), L + "self_attn.q_proj.bias", B + "attn_q.bias", optional=not config.qkv_bias),
+        Tensor("bk", ("kv_dim",), L + "self_attn.k_proj.bias", B + "attn_k.bias", optional=not config.qkv_bias),
+        Tensor("bv", ("kv_dim",), L + "self_attn.v_proj.bias", B + "attn_v.bias", optional=not config.qkv_bias),
+        Tensor("bo", ("d_model",), L + "self_attn.o_proj.bias", B + "attn_output.bias", optional=not config.o_bias),
+        Tensor("mlp_norm", ("d_model",), L + "post_attention_layernorm.weight", B + "ffn_norm.weight"),
+        Tensor("w_gate", ("d_model", "ffn_dim"), L + "mlp.gate_proj.weight", B + "ffn_gate.weight", transposed=True),
+        Tensor("w_up", ("d_model", "ffn_dim"), L + "mlp.up_proj.weight", B + "ffn_up.weight", transposed=True),
+        Tensor("w_down", ("ffn_dim", "d_model"), L + "mlp.down_proj.weight", B + "ffn_down.weight", transposed=True),
+        Tensor("embed", ("vocab_size", "d_model"), "model.embed_tokens.weight", "token_embd.weight", layer=False),
+        Tensor("norm", ("d_model",), "model.norm.weight", "output_norm.weight", layer=False),
+    ]
+    if not config.tie_embeddings:
+        out.append(Tensor("head", ("d_model", "vocab_size"), "lm_head.weight", "output.weight", layer=False, transposed=True))
+    return out
+
+
+def config_from_hf(f, arch: str) -> DecoderConfig:
+    """config.json (a `checkpoints.fields.Fields`) of a Llama, Mistral or Qwen2 folder."""
+    if f.get("hidden_act", "silu") != "silu":
+        f.refuse("hidden_act", "only silu (SwiGLU) is supported")
+    if f.get("mlp_bias", False):
+        f.refuse("mlp_bias", "MLP biases are not supported")
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if f.get(name) is not None:
+            f.refuse(name, "not supported")
+    if f.get("pretraining_tp", 1) != 1:
+        f.refuse("pretraining_tp", "only 1 is supported")
+    sizes = {k: f.integer(k, required=True) for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                     "num_hidden_layers", "num_attention_heads")}
+    heads = sizes["num_attention_heads"]
+    kv_heads = f.integer("num_key_value_heads") or heads
+    if heads % kv_heads:
+        f.refuse("num_key_value_heads", f"num_attention_heads = {heads} is not a multiple of it")
+    head_dim = f.integer("head_dim")
+    if head_dim is None:
+        if sizes["hidden_size"] % heads:
+            f.refuse("hidden_size", f"not a multiple of num_attention_heads = {heads}, and there is no head_dim")
+        head_dim = sizes["hidden_size"] // heads
+    if head_dim % 2:
+        f.refuse("head_dim", "must be even (rotary embedding splits each head in two halves)")
+    eps = f.number("rms_norm_eps", 1e-6)
+    window = f.integer("sliding_window")
+    if arch == "Qwen2ForCausalLM" and not f.get("use_sliding_window", False):
+        window = None  # Qwen2's applies only with use_sliding_window; Mistral's whenever set
+    attention_bias = bool(f.get("attention_bias", False))
+    return DecoderConfig(
+        vocab_size=sizes["vocab_size"], d_model=sizes["hidden_size"], n_layers=sizes["num_hidden_layers"],
+        n_heads=heads, ffn_dim=sizes["intermediate_size"], n_kv_heads=kv_heads, head_dim=head_dim,
+        context_length=f.integer("max_position_embeddings") or 4096, norm_eps=eps, rope=hf_rope(f),
+        qkv_bias=attention_bias or arch == "Qwen2ForCausalLM", o_bias=attention_bias,
+        tie_embeddings=bool(f.get("tie_word_embeddings", False)), family="llama", sliding_window=window,
+        layer_kinds=("sliding",) * sizes["num_hidden_layers"] if window else ())
+
+
+def hf_rope(f) -> Rope:
+    """The rotary embedding of a config.json: transformers 5's `rope_parameters`, or the older
+    top-level `rope_theta` with `rope_scaling`."""
+    rope = dict(f.get("rope_parameters", {}) or {})
+    where = "rope_parameters"
+    if not rope:
+        rope = dict(f.get("rope_scaling", {}) or {})
+        where = "rope_scaling"
+        rope.setdefault("rope_theta", f.get("rope_theta", 10000.0))
+    if "type" in rope and "rope_type" not in rope:  # the older spelling
+        rope["rope_type"] = rope.pop("type")
+    kind = rope.get("rope_type", "default")
+    if kind not in ROPE_TYPES:
+        f.refuse(where, f"rope_type {kind!r} is not supported (Kina computes {', '.join(ROPE_TYPES)})")
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        f.refuse(where, f"partial_rotary_factor {rope['partial_rotary_factor']} is not supported (only 1.0)")
+    theta = rope.get("rope_theta", f.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        f.refuse(where, f"rope_theta must be a number > 0, got {theta!r}")
+    params = {k: v for k, v in rope.items() if k not in ("rope_type", "rope_theta", "partial_rotary_factor")}
+    try:
+        return Rope.of(float(theta), {"rope_type": kind, **params})
+    except (TypeError, ValueError) as e:
+        f.refuse(where, str(e))
+
+
+def config_from_gguf(f, arch: str) -> DecoderConfig:
+    """The `llama.*` keys of a GGUF file (`Fields` with the prefix "llama.")."""
+    d = f.integer("embedding_length", required=True)
+    heads = f.integer("attention.head_count", required=True)
+    kv_heads = f.integer("attention.head_count_kv") or heads
+    if heads % kv_heads:
+        f.refuse("attention.head_count_kv", f"attention.head_count = {heads} is not a multiple of it")
+    head_dim = f.integer("attention.key_length") or d // heads
+    if f.integer("attention.value_length", head_dim) != head_dim:
+        f.refuse("attention.value_length", f"expected the key length, {head_dim}")
+    if f.integer("rope.dimension_count", head_dim) != head_dim:
+        f.refuse("rope.dimension_count", f"partial rotary embedding is not supported (head width {head_dim})")
+    scaling = f.text("rope.scaling.type", "none")
+    if scaling not in ("none", "linear"):
+        f.refuse("rope.scaling.type", "only none and linear are supported")
+    theta = f.number("rope.freq_base", 10000.0)
+    rope = Rope.of(theta, {"rope_type": "linear", "factor": f.number("rope.scaling.factor", required=True)}
+                   if scaling == "linear" else None)
+    if f.integer("expert_count", 0, minimum=0):
+        f.refuse("expert_count", "mixtures of experts are not supported")
+    return DecoderConfig(
+        vocab_size=f.integer("vocab_size", required=True), d_model=d, n_layers=f.integer("block_count", required=True),
+        n_heads=heads, ffn_dim=f.integer("feed_forward_length", required=True), n_kv_heads=kv_heads,
+        head_dim=head_dim, context_length=f.integer("context_length", 4096),
+        norm_eps=f.number("attention.layer_norm_rms_epsilon", 1e-5), rope=rope, qkv_bias=False, o_bias=False,
+        tie_embeddings=False, family="llama")
+
+
+def transform(name: str, array, source: str, config: DecoderConfig):
+    """From GGUF, q and k (and their biases) back in Hugging Face's row order: llama.cpp's
+    converter interleaved each head's two rotary halves (row 2i is HF's row i, row 2i+1 is
+    HF's row i + Dh/2), so that its pairwise rotary applies. Rows are output features, so a
+    quantized matrix's blocks move whole. `array` is [out, ...] as stored."""
+    short = name.rsplit(".", 1)[-1]
+    if source != "gguf" or short not in ("wq", "wk", "bq", "bk"):
+        return array
+    heads = config.n_heads if short in ("wq", "bq") else config.n_kv_heads
+    return unpermute_rows(array, heads)
+
+
+def unpermute_rows(array, heads: int):
+    """Rows [heads * Dh, ...] from GGUF's pairwise order to Hugging Face's halves, per head."""
+    rows = array.shape[0]
+    half = rows // heads // 2
+    return array.reshape(heads, half, 2, *array.shape[1:]).swapaxes(1, 2).reshape(array.shape)
+
+
+def dims(config: DecoderConfig) -> dict[str, int]:
+    Hk, G, Dh = config.n_kv_heads, config.group, config.head_dim
+    return dict(B=1, D=config.d_model, Hk=Hk, G=G, Dh=Dh, R=Dh // 2, Q=config.q_dim,
+                KV=config.kv_dim, F=config.ffn_dim, V=config.vocab_size)
+
+
+def constants(config: DecoderConfig, dtypes) -> dict[str, np.ndarray]:
+    """eps in the norm dtype W, and the attention scale in T."""
+    return {"eps": np.full((1, 1, 1), config.norm_eps, dtypes["W"]),
+            "scale": np.full((1, 1, 1, 1), config.attn_scale or 1 / math.sqrt(config.head_dim), dtypes["T"])}
+
+
+FAMILY = Family(name="llama", kernel=Path(__file__).with_name("llama.kina"), hf_architectures=ARCHITECTURES,
+                gguf_architectures=("llama",), tensors=tensors, config_from_hf=config_from_hf,
+                config_from_gguf=config_from_gguf, dims=dims, constants=constants, transform=transform)

