@@ -1,15 +1,21 @@
 """matmul-loops, one row at a time and unroll-and-jam: a row of sums, stepped along j.
 
-    linalg.generic {matmul maps} ins(%q, %k : memref<1x4xf32, ...>, memref<4x8xf32, ...>)
-                                 outs(%acc : memref<1x8xf32, ...>)   // acc + x * y
-becomes, for each (batch..., i) and each block of `unroll` consecutive k (an option, 8),
-    scf.for %j = ... step 32 {                       // explicit vector<32xf32>
-      %a = vector.load %acc[%i, %j]
-      %y0 = vector.load %k[%k0, %j]  ...  %y7 = vector.load %k[%k7, %j]
-      %a' = ((%a + %x0 * %y0) + %x1 * %y1) ... + %x7 * %y7
-      vector.store %a', %acc[%i, %j]
+    linalg.generic {matmul} ins(%x, %w : memref<1x576xf32>, memref<576x1536xf32>) outs(%acc ...)
+becomes, for the row (and each batch index),
+    scf.if %short_dense_rows {                   // rhs rows short and nearly back to back
+      scf.for %k0 = 0 to 576 step 4 {            // `step-rows` rows of k a step
+        scf.for %j = 0 to 1536 step 32 {
+          %a = vector.load %acc[0, %j]
+          %a' = (((%a + %x0 * %w[%k0, %j]) + %x1 * %w[%k0 + 1, %j]) + ...) + %x3 * %w[%k0 + 3, %j]
+          vector.store %a', %acc[0, %j]
+        }
+      }
+    } else {                                     // unroll-and-jam
+      scf.for %k0 = 0 to 576 step 8 {            // `unroll` rows read side by side
+        scf.for %j = 0 to 1536 step 32 { the same, 8 rows a step, each prefetched along itself }
+      }
     }
-then vector<16xf32> steps (one 64-byte line each) and a scalar tail.
+then, in each j loop, vector<16xf32> steps (one 64-byte line each) and a scalar tail.
 
 convert-linalg-to-loops would give (batch..., i, k, j) loops whose j loop streams
 one rhs row at a time. Here one j loop reads `unroll` rows side by side (several
