@@ -29,8 +29,8 @@ from pathlib import Path
 from .. import abi, knobs
 from ..frontend import uses
 from ..version import __version__
-from . import interrupts, toolchain
-from .pipeline import Options, remove_temporary, run_stages, target_cores
+from . import interrupts, pipeline, toolchain
+from .pipeline import Options, remove_temporary, target_cores
 
 
 class CacheWarning(UserWarning):
@@ -92,7 +92,7 @@ def build_so(source: str | bytes, filename: str = "<string>", options: Options |
         so = entry / f"{Path(filename).stem or 'module'}.so"
         if entry_ok(so, filename):
             return so
-    b = run_stages(source, filename, "so", options, dump_dir=dump_dir)
+    b = pipeline.run_stages(source, filename, "so", options, dump_dir=dump_dir)
     if not use_cache:
         return b.so_path
     try:
