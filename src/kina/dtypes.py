@@ -21,8 +21,9 @@ A dtype's record says what every stage needs of it:
 
 A block format's `element` is written against a byte reader `b` with `b.u8(i)`, `b.i8(i)`,
 `b.f16(i)` (two bytes, little-endian, widened to F32), integer operators (& | >> << - %
-//), `b.float(q)` (an integer as F32) and `b.where(cond, x, y)`, and F32 `*`, `+`, `-`. The
-same function runs on NumPy arrays (the runtime's dequantization and the interpreter), on
+//), `b.float(q)` (an integer as F32) and `b.where(cond, x, y)`, and F32 `*`, `+`, `-`; it
+returns `b.affine(a, q, c)`, a * float(q) + c (c optional; `minus=True`: - c), with a and c
+the same for every element of a `group`. The same function runs on NumPy arrays (the runtime's dequantization and the interpreter), on
 MLIR scalars (the reference lowering) and on MLIR vectors of 16 columns (the fused matmul
 loops), so the three cannot disagree; tests check it against the `gguf` package's
 `gguf.quants.dequantize`, bit for bit, for every format. Every format's value is an exact
@@ -53,6 +54,7 @@ class DType:
     gguf: str | None = None
     hf: str | None = None
     element: Callable | None = None
+    group: int = 0  # a block format's elements that share one scale and offset (`affine`'s a and c)
 
     @property
     def blocked(self) -> bool:
@@ -66,27 +68,27 @@ class DType:
 # -- the block formats' values (GGUF's layouts: ggml-common.h, ggml-quants.c) ----------------
 
 def q4_0(b, j):
-    """d: f16 at 0; 16 bytes of nibbles at 2, element j in byte j % 16 (low nibble for j < 16)."""
+    """d: f16 at 0; 16 bytes of nibbles at 2, element j in byte j % 16 (low nibble for j < 16); d * (q - 8)."""
     q = (b.u8(2 + j % 16) >> (4 * (j // 16))) & 15
-    return b.f16(0) * b.float(q - 8)
+    return b.affine(b.f16(0), q - 8)
 
 
 def q4_1(b, j):
     """d, m: f16 at 0 and 2; nibbles at 4 as Q4_0's; d * q + m."""
     q = (b.u8(4 + j % 16) >> (4 * (j // 16))) & 15
-    return b.f16(0) * b.float(q) + b.f16(2)
+    return b.affine(b.f16(0), q, b.f16(2))
 
 
 def q5_0(b, j):
-    """d: f16 at 0; the 32 fifth bits at 2 (bit j of a little-endian u32); low nibbles at 6."""
+    """d: f16 at 0; the 32 fifth bits at 2 (bit j of a little-endian u32); low nibbles at 6; d * (q - 16)."""
     low = (b.u8(6 + j % 16) >> (4 * (j // 16))) & 15
     high = (b.u8(2 + j // 8) >> (j % 8)) & 1
-    return b.f16(0) * b.float((low | (high << 4)) - 16)
+    return b.affine(b.f16(0), (low | (high << 4)) - 16)
 
 
 def q8_0(b, j):
-    """d: f16 at 0; 32 signed bytes at 2."""
-    return b.f16(0) * b.float(b.i8(2 + j))
+    """d: f16 at 0; 32 signed bytes at 2; d * q."""
+    return b.affine(b.f16(0), b.i8(2 + j))
 
 
 def q4_k(b, j):
@@ -98,7 +100,7 @@ def q4_k(b, j):
     low = s < 4
     sc = b.where(low, b.u8(4 + s % 4) & 63, (b.u8(12 + s % 4) & 15) | ((b.u8(4 + s % 4) >> 6) << 4))
     m = b.where(low, b.u8(8 + s % 4) & 63, (b.u8(12 + s % 4) >> 4) | ((b.u8(8 + s % 4) >> 6) << 4))
-    return b.f16(0) * b.float(sc) * b.float(q) - b.f16(2) * b.float(m)
+    return b.affine(b.f16(0) * b.float(sc), q, b.f16(2) * b.float(m), minus=True)
 
 
 def q6_k(b, j):
@@ -109,7 +111,7 @@ def q6_k(b, j):
     h, r, l = j // 128, (j % 128) // 32, j % 32
     low = (b.u8(64 * h + 32 * (r % 2) + l) >> (4 * (r // 2))) & 15
     high = (b.u8(128 + 32 * h + l) >> (2 * r)) & 3
-    return b.f16(208) * b.float(b.i8(192 + 8 * h + (j % 128) // 16)) * b.float((low | (high << 4)) - 32)
+    return b.affine(b.f16(208) * b.float(b.i8(192 + 8 * h + (j % 128) // 16)), (low | (high << 4)) - 32)
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -127,12 +129,12 @@ _FLOATS = [
     DType("I64", "i64", "int64", 8, False, safetensors="I64", gguf="I64", hf="int64"),
 ]
 _BLOCKS = [
-    DType("Q8_0", "i8", "uint8", 34, True, "F32", block=32, gguf="Q8_0", element=q8_0),
-    DType("Q4_0", "i8", "uint8", 18, True, "F32", block=32, gguf="Q4_0", element=q4_0),
-    DType("Q4_1", "i8", "uint8", 20, True, "F32", block=32, gguf="Q4_1", element=q4_1),
-    DType("Q5_0", "i8", "uint8", 22, True, "F32", block=32, gguf="Q5_0", element=q5_0),
-    DType("Q4_K", "i8", "uint8", 144, True, "F32", block=256, gguf="Q4_K", element=q4_k),
-    DType("Q6_K", "i8", "uint8", 210, True, "F32", block=256, gguf="Q6_K", element=q6_k),
+    DType("Q8_0", "i8", "uint8", 34, True, "F32", block=32, gguf="Q8_0", element=q8_0, group=32),
+    DType("Q4_0", "i8", "uint8", 18, True, "F32", block=32, gguf="Q4_0", element=q4_0, group=32),
+    DType("Q4_1", "i8", "uint8", 20, True, "F32", block=32, gguf="Q4_1", element=q4_1, group=32),
+    DType("Q5_0", "i8", "uint8", 22, True, "F32", block=32, gguf="Q5_0", element=q5_0, group=32),
+    DType("Q4_K", "i8", "uint8", 144, True, "F32", block=256, gguf="Q4_K", element=q4_k, group=32),
+    DType("Q6_K", "i8", "uint8", 210, True, "F32", block=256, gguf="Q6_K", element=q6_k, group=16),
 ]
 DTYPES: dict[str, DType] = {d.name: d for d in _FLOATS + _BLOCKS}
 BLOCKED = tuple(d.name for d in _BLOCKS)

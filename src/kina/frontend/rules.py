@@ -120,10 +120,7 @@ class OpRules:
         lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
         a, b = lhs.type, rhs.type
         notes = self._notes(("lhs", e.lhs), ("rhs", e.rhs))
-        if a.is_blocked:
-            raise KinaError(e.lhs.loc, f"matmul: lhs is {a.dtype}, a block-quantized tensor: it may only be the rhs "
-                                       "(x @ w, weights against float activations)", notes)
-        if b.is_blocked:
+        if b.is_blocked:  # (a block-quantized lhs was refused where its name was typed)
             return self._quantized_matmul(e, lhs, rhs, notes)
         # mixed: F16 or BF16 against the dtype it computes in (F32), as weights against activations
         mixed = {a.dtype, b.dtype} in [{narrow, wide} for narrow, wide in ops.WIDE.items()]

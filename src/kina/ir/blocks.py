@@ -77,6 +77,7 @@ class Val:
     def __mul__(self, o): return self._bin(o, arith.MulFOp, arith.MulIOp)  # noqa: E704
     __radd__, __rmul__ = __add__, __mul__
     def __rsub__(self, o): return self._bin(o, arith.SubFOp, arith.SubIOp, swap=True)  # noqa: E704
+    def __neg__(self): return Val(arith.NegFOp(self.value).result)  # noqa: E704
 
 
 class Sym:
@@ -137,7 +138,7 @@ class _Recorder:
 
         def _op(self, *a):
             return self
-        __and__ = __or__ = __rshift__ = __lshift__ = __add__ = __sub__ = __mul__ = _op
+        __and__ = __or__ = __rshift__ = __lshift__ = __add__ = __sub__ = __mul__ = __neg__ = _op
         __radd__ = __rsub__ = __rmul__ = _op
 
     def __init__(self):
@@ -164,6 +165,9 @@ class _Recorder:
         return self._Any()
 
     def where(self, c, x, y):
+        return self._Any()
+
+    def affine(self, a, q, c=None, minus=False):
         return self._Any()
 
 
@@ -202,6 +206,11 @@ class ElementBody:
     @staticmethod
     def where(c, x, y):
         return Val(arith.SelectOp(c.value, x.value, y.value).result)
+
+    @classmethod
+    def affine(cls, a, q, c=None, minus=False):
+        v = a * cls.float(q)
+        return v if c is None else v - c if minus else v + c
 
 
 def byte_maps(fmt: dtypes.DType, n_dims: int, prefix, n, kb, e) -> tuple[list, list[ir.AffineMap]]:

@@ -113,7 +113,7 @@ def _eps(eps) -> float:
 class NumPyStoryLM(StoryLM):
     """The same model, every layer and the head written in NumPy (one op per formula)."""
 
-    def _compile(self):
+    def _compile(self, type_params=()):
         if self.dtype == runtime.numpy_dtype("BF16"):  # ml_dtypes' bfloat16 matmul returns float32
             raise TypeError("dtype: NumPyStoryLM's layers are NumPy matmuls, which have no bfloat16 result: "
                             "use float16, float32 or float64 (StoryLM itself takes bfloat16)")

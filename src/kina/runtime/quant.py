@@ -48,6 +48,11 @@ class _NumPyBytes:
     def where(cond, x, y):
         return np.where(cond, x, y)
 
+    @staticmethod
+    def affine(a, q, c=None, minus=False):
+        v = a * np.asarray(q).astype(np.float32)
+        return v if c is None else v - c if minus else v + c
+
 
 def dequantize_blocks(blocks: np.ndarray, dtype: str) -> np.ndarray:
     """float32 [n, block]: the values of n blocks of `dtype` (uint8 [n, size])."""

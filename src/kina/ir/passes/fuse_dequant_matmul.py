@@ -44,6 +44,7 @@ from ._pass import KinaPass, option
 from ._util import functions, iterators_of, maps_of, matmul_form
 
 QUANTIZED = "kina.quantized"  # a string attribute: the format a fused quantized matmul reads
+TILED = "kina.tiled"  # a unit attribute: the fused matmul reads its weight's 16-column tiles
 LAYOUTS = "kina.layouts"  # a module attribute: {function: {parameter: layout}}
 
 
@@ -115,8 +116,9 @@ def _param_names(fn) -> list[str]:
     """The parameters' names, from their name locations (as kina.ir.lower gives them)."""
     names = []
     for a in fn.regions[0].blocks[0].arguments:
-        text = str(a.location)
-        names.append(text.split('"')[1] if text.startswith('loc("') else f"arg{a.arg_number}")
+        text = str(a.location)  # a name location prints loc("name"(...)), a file's loc("file":line:col)
+        named = text.startswith('loc("') and text[5:].split('"', 1)[1].startswith("(")
+        names.append(text.split('"')[1] if named else f"arg{a.arg_number}")
     return names
 
 
@@ -195,6 +197,7 @@ def _fuse(matmul, deq, tiled_type, tile: int) -> ir.Value:
     fused.owner.attributes[QUANTIZED] = ir.StringAttr.get(fmt.name)
     if tiled_type is None:
         return fused
+    fused.owner.attributes[TILED] = ir.UnitAttr.get()
     return tensor.CollapseShapeOp(acc.type, fused,
                                   _groups([[a] for a in range(rank - 1)] + [[rank - 1, rank]])).result
 

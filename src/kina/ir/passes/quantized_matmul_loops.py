@@ -30,16 +30,17 @@ convert-linalg-to-loops (correct, scalar).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mlir import ir
 from mlir.dialects import arith, math, memref, vector
 
 from ... import dtypes
 from ..blocks import Sym
-from ..irbuild import index
+from ..irbuild import DYN, index
 from ._pass import KinaPass, option
 from ._util import NO_MATCH, apply_patterns, dim, iterators_of, loop, nest
-from .fuse_dequant_matmul import QUANTIZED
+from .fuse_dequant_matmul import QUANTIZED, TILED
 
 LANES = 16  # columns of a tile: one vector<16xf32> of sums
 
@@ -54,12 +55,14 @@ class QuantizedMatmulLoops(KinaPass):
     tiles: int = option(4, "tiles of 16 columns a step takes at once", check=lambda n: 1 <= n <= 8,
                         expected="an integer from 1 to 8")
     fma: bool = option(False, "fused multiply-adds for the sums (one rounding per k): not the bits of -O0")
+    block_sums: bool = option(False, "sum x * q over each group of a block first, then scale it and add the "
+                              "group's offset times the sum of x (a * sum(x q) + c * sum(x): fewer operations, "
+                              "the same values summed in another order: not the bits of -O0)")
 
     def run(self, module_op) -> None:
         def pattern(op, rewriter):
-            if QUANTIZED not in op.attributes or len(iterators_of(op)) != ir.MemRefType(
-                    list(op.outputs)[0].type).rank + 2:
-                return NO_MATCH  # not tiled (the output has no [.., N / 16, 16] form): left as it is
+            if QUANTIZED not in op.attributes or TILED not in op.attributes:
+                return NO_MATCH  # not tiled (GGUF's rows): left to convert-linalg-to-loops
             if not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
                 return NO_MATCH
             with rewriter.ip, op.location:
@@ -73,10 +76,19 @@ class VectorBytes:
     """A format's byte reader (kina.dtypes) on 16 columns at once: byte `off` of block `kb` of the
     tile `row` of the tiled weight is one vector<16xi8> load; each is loaded once (memoized)."""
 
-    def __init__(self, w, row, kb, size: int):
-        self.w, self.row, self.kb, self.size = w, row, kb, size
+    def __init__(self, w, row, kb, size: int, split: bool = False):
+        self.w, self.row, self.kb, self.size, self.split = w, row, kb, size, split
         self.loaded: dict = {}
+        self.made: dict = {}  # (what, static offset) -> its value: each field widened once a block
         self.kb_base = arith.MulIOp(kb, index(size)).result
+
+    def _once(self, what: str, off, make):
+        if not isinstance(off, int):
+            return make()
+        key = (what, off)
+        if key not in self.made:
+            self.made[key] = make()
+        return self.made[key]
 
     def _bytes(self, off) -> ir.Value:
         if isinstance(off, int) and off in self.loaded:  # a dynamic offset is loaded again (LLVM merges those)
@@ -93,17 +105,19 @@ class VectorBytes:
         return ir.VectorType.get([LANES], ir.IntegerType.get_signless(32))
 
     def u8(self, off):
-        return V(arith.ExtUIOp(self._i32(), self._bytes(off)).result)
+        return self._once("u8", off, lambda: V(arith.ExtUIOp(self._i32(), self._bytes(off)).result))
 
     def i8(self, off):
-        return V(arith.ExtSIOp(self._i32(), self._bytes(off)).result)
+        return self._once("i8", off, lambda: V(arith.ExtSIOp(self._i32(), self._bytes(off)).result))
 
     def f16(self, off):
-        lo, hi = self.u8(off), self.u8(off + 1)
-        i16 = ir.VectorType.get([LANES], ir.IntegerType.get_signless(16))
-        bits = arith.TruncIOp(i16, (lo | (hi << 8)).value).result
-        h = arith.BitcastOp(ir.VectorType.get([LANES], ir.F16Type.get()), bits).result
-        return V(arith.ExtFOp(ir.VectorType.get([LANES], ir.F32Type.get()), h).result)
+        def make():
+            lo, hi = self.u8(off), self.u8(off + 1)
+            i16 = ir.VectorType.get([LANES], ir.IntegerType.get_signless(16))
+            bits = arith.TruncIOp(i16, (lo | (hi << 8)).value).result
+            h = arith.BitcastOp(ir.VectorType.get([LANES], ir.F16Type.get()), bits).result
+            return V(arith.ExtFOp(ir.VectorType.get([LANES], ir.F32Type.get()), h).result)
+        return self._once("f16", off, make)
 
     @staticmethod
     def float(q):
@@ -114,6 +128,20 @@ class VectorBytes:
         if isinstance(c, bool):
             return x if c else y
         return V(arith.SelectOp(c.value, x.value, y.value).result)
+
+    def affine(self, a, q, c=None, minus=False):
+        if self.split:  # block sums: the parts, for the loops to combine
+            return Affine(a, q, c, minus)
+        v = a * self.float(q)
+        return v if c is None else v - c if minus else v + c
+
+
+class Affine(NamedTuple):
+    """An element as a * float(q) + c (c None: 0), its parts unmade: a and c are each group's."""
+    a: "V"
+    q: "V"
+    c: "V | None"
+    minus: bool
 
 
 class V:
@@ -159,6 +187,9 @@ class V:
         if self._value is None:  # scale * quant + offset: exact product, one rounding
             return V(math.FmaOp(*self.product, self._of(o)).result)
         return V(arith.AddFOp(self.value, self._of(o)).result)
+
+    def __neg__(self):
+        return V(arith.NegFOp(self.value).result)
 
     def __sub__(self, o):
         if not self._float():
@@ -229,13 +260,15 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
     def x_at(b, i, kb, e):
         return memref.LoadOp(x, [*b[nb - x_lead:], i, kb, e]).result
 
-    def step(b, i0, n_rows, t0, n_tiles):
+    def step(b, i0, n_rows, t0, n_tiles):  # noqa: C901 (one step's loops, read top to bottom)
         rows = [i0] + [arith.AddIOp(i0, index(r)).result for r in range(1, n_rows)]
         tiles = [t0] + [arith.AddIOp(t0, index(t)).result for t in range(1, n_tiles)]
         start = [vector.LoadOp(vt, out, [*b, r, t, zero]).result for r in rows for t in tiles]
 
         def elements(kb, e_of, sums):
             """Add the elements e_of(l) of block kb (l = 0 .. count-1) into the sums, in order."""
+            if options.block_sums:
+                return grouped(kb, e_of, sums)
             readers = [VectorBytes(w, t, kb, fmt.size) for t in tiles]
             sums = list(sums)
             for e in e_of:
@@ -246,6 +279,39 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
                     for ti in range(n_tiles):
                         k = ri * n_tiles + ti
                         sums[k] = mac(sums[k], xv, ws[ti])
+            return sums
+
+        def grouped(kb, e_of, sums):
+            """block-sums: per group of the block, sum(x q) per row and tile (fused multiply-adds),
+            then sums += a * that + c * sum(x)."""
+            readers = [VectorBytes(w, t, kb, fmt.size, split=True) for t in tiles]
+            sums = list(sums)
+            zero_v = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(acc_elt, 0.0))).result
+            e_of = list(e_of)
+            for g0 in range(0, len(e_of), fmt.group):
+                group = e_of[g0:g0 + fmt.group]
+                partial = [zero_v] * (n_rows * n_tiles)
+                xsum = [None] * n_rows
+                parts = None
+                for e in group:
+                    parts = [fmt.element(rd, e) for rd in readers]
+                    qs = [rd.float(p.q).value for rd, p in zip(readers, parts)]
+                    ee = index(e) if isinstance(e, int) else e.value_of()
+                    for ri, r in enumerate(rows):
+                        xs = widen(x_at(b, r, kb, ee))
+                        xsum[ri] = xs if xsum[ri] is None else arith.AddFOp(xsum[ri], xs).result
+                        xv = vector.BroadcastOp(vt, xs).result
+                        for ti in range(n_tiles):
+                            k = ri * n_tiles + ti
+                            partial[k] = math.FmaOp(xv, qs[ti], partial[k]).result
+                for ri in range(n_rows):
+                    xs_v = vector.BroadcastOp(vt, xsum[ri]).result
+                    for ti, p in enumerate(parts):
+                        k = ri * n_tiles + ti
+                        sums[k] = math.FmaOp(p.a.value, partial[k], sums[k]).result
+                        if p.c is not None:
+                            c = arith.NegFOp(p.c.value).result if p.minus else p.c.value
+                            sums[k] = math.FmaOp(c, xs_v, sums[k]).result
             return sums
 
         def widen_w(v):
@@ -267,14 +333,25 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
         """n rounded down to a multiple of m."""
         return arith.SubIOp(n, arith.RemUIOp(n, index(m)).result).result
 
+    i_static, nt_static = out_t.shape[nb], out_t.shape[nb + 1]
+
     def per_batch(b):
         def rows_from(i0, n_rows):
-            t_main = rest(NT, options.tiles)
-            loop(zero, t_main, index(options.tiles), lambda t0: step(b, i0, n_rows, t0, options.tiles))
-            loop(t_main, NT, one, lambda t0: step(b, i0, n_rows, t0, 1))
-        i_main = rest(I, options.rows)
-        loop(zero, i_main, index(options.rows), lambda i0: rows_from(i0, options.rows))
-        loop(i_main, I, one, lambda i0: rows_from(i0, 1))
+            # whole steps of `tiles` tiles, then one at a time (none of either when NT is static and says so)
+            if nt_static == DYN or nt_static >= options.tiles:
+                t_main = rest(NT, options.tiles) if nt_static == DYN or nt_static % options.tiles else NT
+                loop(zero, t_main, index(options.tiles), lambda t0: step(b, i0, n_rows, t0, options.tiles))
+            else:
+                t_main = zero
+            if nt_static == DYN or nt_static % options.tiles:
+                loop(t_main, NT, one, lambda t0: step(b, i0, n_rows, t0, 1))
+        if i_static == DYN or i_static >= options.rows:  # a decode step's one row: no tile of rows
+            i_main = rest(I, options.rows) if i_static == DYN or i_static % options.rows else I
+            loop(zero, i_main, index(options.rows), lambda i0: rows_from(i0, options.rows))
+        else:
+            i_main = zero
+        if i_static == DYN or i_static % options.rows:
+            loop(i_main, I, one, lambda i0: rows_from(i0, 1))
 
     nest(batch, per_batch)
     del x_elt
