@@ -20,7 +20,7 @@ import pytest
 
 import kina
 from conftest import assert_same
-from kina.driver import cli, pipeline
+from kina.driver import cache, cli, pipeline
 from kina.driver.pipeline import Options
 from kina.frontend import ast, check, syntax, uses
 
@@ -320,14 +320,14 @@ def test_the_cache_key_changes_with_any_file_the_uses_reach(tmp_path):
     (tmp_path / "lib.kina").write_text('use "inner.kina";\n' + TWICE)
     (tmp_path / "inner.kina").write_text("// inner\n")
     main = str(tmp_path / "main.kina")
-    key = lambda: pipeline.cache_key(MAIN, main, Options())
+    key = lambda: cache.cache_key(MAIN, main, Options())
     first = key()
     (tmp_path / "inner.kina").write_text("// inner, edited\n")
     second = key()
     (tmp_path / "lib.kina").write_text('use "inner.kina";\n' + TWICE + "// edited\n")
     third = key()
     assert len({first, second, third}) == 3
-    assert pipeline.cache_key(MAIN.replace('use "lib.kina";', "// no use"), main, Options()) not in {first, second}
+    assert cache.cache_key(MAIN.replace('use "lib.kina";', "// no use"), main, Options()) not in {first, second}
     assert [os.path.basename(n) for n, _ in uses.used_files(MAIN, main)] == ["lib.kina", "inner.kina"]
 
 
