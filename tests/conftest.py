@@ -120,3 +120,35 @@ def check_against_numpy(source: str, fn: str, *inputs: np.ndarray, rtol: float =
         else:
             assert_same(got, want, rtol=rtol, atol=atol, what=f"result {i}")
     return compiled
+
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHAT_CORPUS = ["Once upon a time there was a little fox.", "The fox liked to run in the woods, and the owl watched.",
+               "What is the capital of France? Paris is the capital of France.", "Hello! How are you today?"] * 20
+
+
+@pytest.fixture(scope="session")
+def chat_folder(checkpoint, tmp_path_factory):
+    """An instruct model for kina.apps' tests: tests/hf_checkpoints.py's llama-mha weights (the same
+    kernel build) with a byte-level BPE trained here, whose specials are <s> 0, </s> 1, <|im_start|> 2
+    and <|im_end|> 3 (EOS, the end of a turn), a ChatML template, and a context of 4096."""
+    import json
+    import shutil
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CHAT_CORPUS, trainer)
+    folder = tmp_path_factory.mktemp("chat") / "tiny-chat"
+    shutil.copytree(checkpoint("llama-mha")[0], folder)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|im_end|>",
+                                         chat_template=CHATML).save_pretrained(folder)
+    for name, changes in (("config.json", {"max_position_embeddings": 4096, "eos_token_id": 3}),
+                          ("generation_config.json", {"eos_token_id": 3})):
+        path = folder / name
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return folder

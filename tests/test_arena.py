@@ -55,7 +55,7 @@ def test_the_advice_is_taken_where_the_kernel_offers_it():
 def test_a_models_weights_are_one_block_and_unchanged():
     sizes = dict(vocab_size=64, d_model=16, n_heads=2, n_layers=2, ffn_dim=32, max_seq_len=16)
     m = StoryLM(**sizes, seed=4)
-    mats = [a for layer in m._layers for a in layer if a.ndim == 2] + [m._head]
+    mats = [a for layer in m._layer_weights for a in layer.values() if a.ndim == 2] + [m._head]
     assert len(mats) >= 2 * 7 + 1
     assert len({id(root(a)) for a in mats}) == 1
     assert all(data_pointer(a) % ALIGN == 0 for a in mats)

@@ -560,6 +560,7 @@ def test_run_bad_inputs_are_named(capsys, tmp_path):
         (inputs[:-1] + [f"scale=@{folder}/both.npz"], f"--input scale: {folder}/both.npz: is an .npz archive, not a "
                                                       f".npy array file (give each array as its own .npy file)"),
         (inputs[:-1] + [f"scale=@{folder}"], f"--input scale: {folder}: is a directory"),
+        (inputs[:-1] + ["scale=@"], "--input scale=@ names no file: write the .npy file's path after the @"),
     ]
     for args, fragment in cases:
         rc, out, err = main(capsys, "run", STATIC, *args)

@@ -171,7 +171,7 @@ def test_a_damaged_folder_is_one_error_naming_the_file(checkpoint, tmp_path, dam
     with pytest.raises(ValueError, match=words) as e:
         load_pretrained(folder)
     assert str(folder) in str(e.value) and "\n" not in str(e.value)
-    proc = subprocess.run([sys.executable, "-m", "kina.models.generate", "generate", str(folder), "--prompt-ids",
+    proc = subprocess.run([sys.executable, "-m", "kina.apps", "generate", str(folder), "--prompt-ids",
                            "1,2", "--max-new-tokens", "2"], capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and words in proc.stderr and str(folder) in proc.stderr

@@ -13,7 +13,8 @@ from hf_checkpoints import (N_NEW, PROMPT, SPECS, build_hf, check_against_transf
 
 import ml_dtypes  # noqa: E402
 
-from kina.models.generate import Pretrained, main  # noqa: E402
+from kina.apps import Pretrained  # noqa: E402
+from kina.apps.cli import main  # noqa: E402
 from kina.models.checkpoints.hf import load as load_pretrained, read_safetensors  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """Text in and out of a Hugging Face folder: sampling (kina.models.sampling), the
-tokenizer and generate (kina.models.generate), and the `kina generate` command, on
+tokenizer and generate (kina.apps), and the `kina generate` command, on
 tests/hf_checkpoints.py's llama-mha with a byte-level BPE trained here. Greedy text
 equals transformers' own; sampling is seeded and follows the softmax; the command's
 errors and its interruption are one line each.
@@ -19,7 +19,8 @@ from hf_checkpoints import PROMPT, torch, transformers  # noqa: F401
 tokenizers = pytest.importorskip("tokenizers")
 
 from conftest import ROOT  # noqa: E402
-from kina.models.generate import Pretrained, main  # noqa: E402
+from kina.apps import Pretrained  # noqa: E402
+from kina.apps.cli import main  # noqa: E402
 from kina.models.tokenizer import from_folder as load_tokenizer  # noqa: E402
 from kina.models.sampling import Sampler  # noqa: E402
 
@@ -131,7 +132,9 @@ def test_kina_generate_json(text_folder, capsys):
     assert main(["generate", str(text_folder), "--prompt", "Once upon a time", "--max-new-tokens", "12",
                  "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert set(got) == {"prompt_ids", "ids", "text", "prefill_ms", "decode_ms_per_token", "tokens_per_s"}
+    assert set(got) == {"prompt_ids", "ids", "text", "prefill_ms", "decode_ms_per_token", "tokens_per_s",
+                        "finish_reason", "model", "dtype", "weight_dtype", "ctx_size", "seed", "load_ms"}
+    assert got["finish_reason"] in ("eos", "length") and got["model"] == text_folder.name and got["seed"] is None
     m = Pretrained(text_folder)
     want = m.generate("Once upon a time", max_new_tokens=12)
     assert (got["prompt_ids"], got["ids"], got["text"]) == (want.prompt_ids, want.ids, want.text)
@@ -144,10 +147,10 @@ def test_kina_generate_json(text_folder, capsys):
 
 
 def test_kina_generate_streams_text_as_a_module(text_folder):
-    """`python -m kina.models.generate generate ...` prints the decoded text and the timings."""
+    """`python -m kina.apps generate ...` prints the decoded text and the timings."""
     import os
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-m", "kina.models.generate", "generate", str(text_folder), "--prompt",
+    proc = subprocess.run([sys.executable, "-m", "kina.apps", "generate", str(text_folder), "--prompt",
                            "Once upon a time", "--max-new-tokens", "16"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -159,7 +162,7 @@ def test_kina_generate_streams_text_as_a_module(text_folder):
 @pytest.mark.parametrize("argv, words", [
     (["generate", "/nonexistent/model", "--prompt-ids", "1"], "/nonexistent/model: no such model folder or file"),
     (["generate", "{folder}", "--prompt-ids", "1,999"], "token id 999 is out of range"),
-    (["generate", "{folder}", "--prompt-ids", "1", "--top-p", "2"], "top_p"),
+    (["generate", "{folder}", "--prompt-ids", "1", "--top-p", "2"], "--top-p: expected a number in (0, 1]"),
     (["generate", "{folder}", "--prompt-ids", "1", "--max-new-tokens", "0"], "--max-new-tokens: expected an int >= 1"),
     (["generate", "{folder}", "--prompt", "hi"], "tokenizer.json: no such file"),
     (["generate", "{folder}", "--prompt-ids", "1", "--dtype", "F8"], "argument --dtype: invalid choice: 'F8'"),
@@ -179,8 +182,8 @@ def test_kina_generate_errors_are_one_line(checkpoint, capsys, argv, words):
 
 @pytest.mark.parametrize("when", ["start", "decode"])
 def test_kina_generate_interrupted_exits_130_with_one_line(checkpoint, when):
-    """Ctrl-C while `kina generate` starts, or once it is decoding (its first progress
-    line seen): its one line and exit status 130.
+    """Ctrl-C while `kina generate` starts, or once it is decoding (its first ids streamed
+    to stdout): its one line and exit status 130.
 
     The tiny model decodes its last 104 tokens in a few milliseconds, so on a loaded
     machine the interrupt can land after the command has printed everything, while the
@@ -191,7 +194,7 @@ def test_kina_generate_interrupted_exits_130_with_one_line(checkpoint, when):
     import signal
     import time
     folder = str(checkpoint("llama-mha")[0])
-    code = "import sys\nsys.argv[0] = 'kina'\nfrom kina.__main__ import generate\nsys.exit(generate())"
+    code = "import sys\nsys.argv[0] = 'kina'\nfrom kina.__main__ import kina\nsys.exit(kina())"
     for attempt in range(5):
         proc = subprocess.Popen([sys.executable, "-c", code, "generate", folder, "--prompt-ids", "1,2,3",
                                  "--max-new-tokens", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -201,14 +204,14 @@ def test_kina_generate_interrupted_exits_130_with_one_line(checkpoint, when):
         if when == "start":
             time.sleep(0.05)
         else:
-            seen = proc.stderr.readline()  # "[16/120 tokens]": decoding
-            assert "tokens]" in seen, seen
+            seen = proc.stdout.read(1)  # the first digit of the first id: decoding
+            assert seen.isdigit(), seen
         try:
             os.killpg(proc.pid, signal.SIGINT)
         except ProcessLookupError:
             pass
         out, err = proc.communicate(timeout=120)
-        err = seen + err
+        out = seen + out
         if when == "start" and (proc.returncode == -signal.SIGINT or err.rstrip().endswith("KeyboardInterrupt")):
             return  # the interpreter's own start, before the entry point's first statement (tests/test_interrupts.py)
         if when == "decode" and out.strip() and proc.returncode in (0, -signal.SIGINT):

@@ -101,7 +101,9 @@ def interrupt_after(delay_ms: int, launch, tmp_path: Path) -> None:
 
 
 LAYER = Path(__file__).resolve().parent.parent / "src" / "kina" / "models" / "families" / "llama.kina"
-LAYER_SIZES = ["--dtype", "T=F32", "--dtype", "W=F32", "--dtype", "U=F32", *[f"--dim={d}" for d in (
+LAYER_SIZES = ["--dtype", "T=F32", "--dtype", "W=F32",
+               *[a for u in ("Uq", "Uk", "Uv", "Uo", "Ug", "Uu", "Ud", "Uh") for a in ("--dtype", f"{u}=F32")],
+               *[f"--dim={d}" for d in (
     "B=1", "D=64", "Hk=2", "G=2", "Dh=16", "R=8", "Q=64", "KV=32", "F=128", "V=256")]]
 PIPELINE = "abi,bufferize,copies-to-linalg,threads,matmul-loops,sum-loops,exp-to-arith,deallocate,to-llvm"
 

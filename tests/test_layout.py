@@ -136,3 +136,14 @@ def test_readme_map_matches_the_tree():
     import re
     for path in re.findall(r"`(kina/[A-Za-z_/]+(?:\.py|\.lark|/))`", section):
         assert (SRC / path).exists(), f"README's map names {path}, which does not exist"
+
+
+def test_the_models_never_import_the_apps():
+    """kina.apps (the commands and the server) sits on kina.models, never the other way round, and
+    only its server module imports the HTTP stack, inside its functions."""
+    graph = import_graph()
+    assert any(e.startswith("kina.models") for e in graph["kina.apps.decoding"])
+    assert [(m, e) for m, edges in graph.items() if not m.startswith("kina.apps") for e in edges
+            if e.startswith("kina.apps")] == []
+    proc = import_blocked([m for m in modules("kina.apps") if not m.endswith("__main__")], ("starlette", "uvicorn"))
+    assert proc.returncode == 0, proc.stderr

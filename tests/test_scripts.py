@@ -115,3 +115,34 @@ def test_ab_passes_row_times_one_and_more_threads():
 def test_ab_passes_refuses_bad_arguments(argv, says):
     proc, _ = ab_passes(*argv)
     assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_bench_first_token_prints_the_breakdown(chat_folder):
+    """scripts/bench_first_token.py on the tiny chat model, with the session's compile cache (warm
+    runs): a row per run whose stages add up to about its total."""
+    import os
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_first_token.py"), str(chat_folder),
+                           "--runs", "2", "--cache-dir", os.environ["KINA_CACHE_DIR"]],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("warm")]
+    assert len(rows) == 2 and proc.stdout.split("\n")[1].split()[1:] == ["start", "imports", "read", "build",
+                                                                         "weights", "prefill", "first", "token",
+                                                                         "total"]
+    for r in rows:
+        parts, total = [float(x) for x in r[1:-1]], float(r[-1])
+        assert all(p >= 0 for p in parts) and abs(sum(parts) - total) < 0.1 + 0.1 * total, r
+
+
+def test_bench_chat_turns_reuses_the_cache(chat_folder):
+    """scripts/bench_chat_turns.py: from the second turn on, the kept cache prefills fewer tokens
+    than the whole prompt (and the script checks that both choose the same first token)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_chat_turns.py"), str(chat_folder),
+                           "--turns", "3", "--max-new-tokens", "8"], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'scripts'}"})
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.replace("|", " ").split() for line in proc.stdout.splitlines() if re.match(r"\s+\d+\s+\d+ \|", line)]
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    for r in rows[1:]:
+        prompt, kept, again = int(r[1]), int(r[2]), int(r[4])
+        assert kept < prompt == again, r

@@ -1,5 +1,5 @@
 """`python -m kina ...` is `kinac ...`; `main` is the kinac console script and
-`generate` the `kina` one (`kina generate MODEL_DIR ...`).
+`kina` the `kina` one (`kina generate|chat|serve MODEL ...`, kina.apps.cli).
 
 The first statements take over Ctrl-C, before anything else is imported: a tiny
 handler from builtins only, then `kina.driver.interrupts`, which undoes what is in
@@ -11,8 +11,9 @@ import _signal
 import os
 import sys
 
-_PROGRAM = "kina generate" if os.path.basename(sys.argv[0]) == "kina" else "kinac"
-
+_KINA = os.path.basename(sys.argv[0]) == "kina" or sys.argv[0].endswith(os.path.join("apps", "__main__.py"))
+_COMMAND = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in ("generate", "chat", "serve") else ""
+_PROGRAM = f"kina {_COMMAND}".strip() if _KINA else "kinac"
 
 def _interrupted(signum, frame):  # nothing to undo yet: only imports have run
     os.write(2, f"{_PROGRAM}: interrupted\n".encode())
@@ -31,11 +32,12 @@ def main() -> int:
     return kinac()
 
 
-def generate() -> int:
-    """`kina generate MODEL_DIR ...` (kina.models.generate), Ctrl-C taken over as for kinac."""
-    interrupts.install("kina generate")
-    from .models.generate import main as kina
-    return kina()
+def kina() -> int:
+    """`kina generate|chat|serve MODEL ...` (kina.apps.cli), Ctrl-C taken over as for kinac (`kina chat`
+    then takes it back while a reply runs, to stop the reply rather than the session)."""
+    interrupts.install(f"kina {_COMMAND}".strip())
+    from .apps.cli import main as run
+    return run()
 
 
 if __name__ == "__main__":

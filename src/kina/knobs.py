@@ -80,8 +80,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "(for work on the passes: a module the translator rejects then fails with a `ToolError` "
          "instead of crashing)"),
     Knob("KINA_NUM_THREADS", "a positive integer", _integer(1), None,
-         "the threads a large call may use (default: the cores this process may run on); a build for this "
-         "machine cuts ops of static size into that many parts (at least 2)"),
+         "the threads a large call may use (default: the cores this process may run on); builds do not "
+         "depend on it (a build for this machine cuts ops of static size into one part per core, at least 2)"),
     Knob("NO_COLOR", "any non-empty value", _present, None,
          "no colour in kinac's diagnostics, even on a terminal ([no-color.org](https://no-color.org))"),
     Knob("FORCE_COLOR", "any non-empty value", _present, None,

@@ -29,7 +29,8 @@ from pathlib import Path
 from .. import abi, knobs
 from ..frontend import uses
 from ..version import __version__
-from . import interrupts, pipeline, toolchain
+from . import interrupts, toolchain
+from . import pipeline
 from .pipeline import Options, remove_temporary, target_cores
 
 
@@ -41,12 +42,23 @@ def cache_dir() -> Path:
     return knobs.get("KINA_CACHE_DIR")
 
 
+# what a build is made by: the compiler's packages, the leaves they read, and what links into a .so
+# (editing the models, the apps or the runtime's Python builds nothing again)
+COMPILER_CODE = ("frontend", "ir", "driver", "dtypes.py", "errors.py", "abi.py", "version.py", "knobs.py", "files.py",
+                 "runtime/kina_threads.c", "runtime/kina_abi.h", "runtime/cpu.py")
+
+
 @lru_cache(maxsize=1)
 def compiler_digest() -> str:
-    """A hash of kinac's own code, so that editing the compiler never serves a stale build."""
+    """A hash of kinac's own code (`COMPILER_CODE`), so that editing the compiler never serves a
+    stale build. Read once per process: the code of a running process does not change."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent  # the kina package
-    for path in sorted([*root.rglob("*.py"), *root.rglob("*.lark"), *root.rglob("*.c"), *root.rglob("*.h")]):
+    paths = []
+    for part in COMPILER_CODE:
+        where = root / part
+        paths += [where] if where.is_file() else [p for p in where.rglob("*") if p.suffix in (".py", ".lark", ".c", ".h")]
+    for path in sorted(paths):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
@@ -92,7 +104,7 @@ def build_so(source: str | bytes, filename: str = "<string>", options: Options |
         so = entry / f"{Path(filename).stem or 'module'}.so"
         if entry_ok(so, filename):
             return so
-    b = pipeline.run_stages(source, filename, "so", options, dump_dir=dump_dir)
+    b = pipeline.run_stages(source, filename, "so", options, dump_dir=dump_dir)  # through the module: tests count builds
     if not use_cache:
         return b.so_path
     try:

@@ -183,6 +183,9 @@ def _given(sig: Signature, items: list[str]) -> dict[str, str]:
         name, eq, value = item.partition("=")
         if not eq or not name.isidentifier() or not value.strip():
             raise CommandError(f"--input expects NAME=@FILE.npy or NAME=NUMBER, got {item!r}")
+        if value.strip() == "@":
+            raise CommandError(f"--input {name}=@ names no file: write the .npy file's path after the @ "
+                               f"(--input {name}=@FILE.npy)")
         if name not in params:
             raise CommandError(f"{sig.name}() has no parameter '{name}' (its parameters are: {', '.join(params)})")
         if name in given:

@@ -113,11 +113,10 @@ class Build:
 
 
 def target_cores(cpu_name: str) -> int | None:
-    """The threads a build for `cpu_name` cuts its ops for (passes.for_target): for this
-    machine ("native"), the threads a call takes by default (KINA_NUM_THREADS, else the
-    cores this process may run on); None for a portable build (the pass table's parts)."""
-    from ..runtime.calls import default_threads
-    return default_threads() if cpu_name == "native" else None
+    """The cores a build for `cpu_name` cuts its ops for (passes.for_target): for this machine
+    ("native"), its cores (whatever threads a call later runs on: the build does not depend on
+    KINA_NUM_THREADS or `--threads`); None for a portable build (the pass table's parts)."""
+    return os.cpu_count() or 1 if cpu_name == "native" else None
 
 
 def _stage_ast(b: Build) -> None:

@@ -59,6 +59,10 @@ DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not 
 # moves enough to be worth splitting (the threads pass's min-bytes is 64 KiB per part), and the
 # entries would double its build time.
 THREADED_MIN_WEIGHT_BYTES = 128 << 10
+# Who watches kernel builds: None, or watch_build(kernel, options) -> a context manager that a
+# build runs in (its `options` specialised: dtypes and dims fixed). kina.apps sets it to say,
+# before a build that is not in the compile cache, what is compiled and where it is kept.
+watch_build = None
 
 
 def norm_dtype(dtype: str) -> str:
@@ -183,6 +187,26 @@ class Decoder(Generator):
         # build is made once: _program is cached); the head runs layer 0's
         self._layer_kernels = [self._compile(self._type_params(i)) for i in range(c.n_layers)]
         self._kernels = self._layer_kernels[0]
+        self._settle_weights()
+
+    def _settle_weights(self) -> None:
+        """Each block-quantized weight held only in the layout its builds read it in (their
+        sidecars' `layouts`): a memory-mapped file's rows are dropped as each is tiled."""
+        if self._kernels is None:
+            return
+        wanted: dict[int, set] = {}
+        for i, builds in enumerate(self._layer_kernels):
+            for fn in (builds.decoder_step, builds.decoder_prefill):
+                for name, a in self._layer_weights[i].items():
+                    if isinstance(a, QuantizedArray):
+                        wanted.setdefault(id(a), set()).add(fn.signature.layout(name))
+        head = self._kernels.logits.signature.layout("head")
+        if isinstance(self._head, QuantizedArray):
+            wanted.setdefault(id(self._head), set()).add(head)
+        for a in [*(a for w in self._layer_weights for a in w.values()), self._head]:
+            layouts = wanted.get(id(a))
+            if layouts is not None and len(layouts) == 1:
+                a.settle(layouts.pop())
 
     def _type_params(self, layer: int) -> tuple:
         """The kernel's type parameters for `layer`'s weights and the head, from what is bound to
@@ -246,7 +270,7 @@ class Decoder(Generator):
         """The embedding rows of `tokens`, [1, P, D] in the model's dtype (times `embed_scale`)."""
         table = self.weights["embed"]
         if isinstance(table, QuantizedArray):  # its columns are the rows of the table: one run of blocks each
-            x = dequantize_blocks(table.data[list(tokens)], table.dtype).reshape(1, len(tokens), -1)
+            x = dequantize_blocks(table.row_bytes(list(tokens)), table.dtype).reshape(1, len(tokens), -1)
             x = x.astype(self.dtype, copy=False)
         else:
             x = table[list(tokens)][None].astype(self.dtype, copy=False)
@@ -385,4 +409,8 @@ def _program(kernel: Path, dtypes: tuple, dims: tuple, fma: bool = False, thread
         given = []
     if given or pass_options:
         options = Options(pass_options=",".join([*given, *filter(None, [pass_options])]))
-    return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
+    if watch_build is None:
+        return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
+    from kina.driver.api import specialized
+    with watch_build(kernel, specialized(options, dict(dtypes), dict(dims))):
+        return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))

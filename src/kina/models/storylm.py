@@ -93,7 +93,7 @@ class StoryLM(Decoder):
         wdt = weight_dtype_of(dt, weight_dtype)
         copy = True
         if weights is None:
-            weights, copy = weights_mod.random(LLAMA.layout(config), self.seed, dt, wdt), False
+            weights = weights_mod.random(LLAMA.layout(config), self.seed, dt, wdt)  # copied into one block
         elif isinstance(weights, (str, os.PathLike)):
             weights = weights_mod.read(weights)
         elif not isinstance(weights, Mapping):

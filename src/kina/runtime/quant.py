@@ -92,8 +92,34 @@ class QuantizedArray:
             got = f"{data.dtype} {list(data.shape)}" if isinstance(data, np.ndarray) else type(data).__name__
             raise ValueError(f"data: expected uint8 {list(want)} (the {dtype} bytes of [{', '.join(map(str, self.shape))}]"
                              f", each of N = {N} rows {K // self.format.block} blocks), got {got}")
-        self.data = data
+        self._data = data
         self._tiled = None
+
+    @property
+    def data(self) -> np.ndarray:
+        """The bytes in GGUF's rows, uint8 [..., N, row bytes] (made again from the tiles when
+        `settle` kept only those)."""
+        if self._data is None:
+            *batch, NT, R, T = self._tiled.shape
+            rows = np.swapaxes(self._tiled, -1, -2).reshape(*batch, NT * T, R)
+            return rows[..., :self.shape[-1], :]
+        return self._data
+
+    def row_bytes(self, columns) -> np.ndarray:
+        """The bytes of `columns` (rows as GGUF stores them: an embedding table's rows), uint8
+        [len(columns), row bytes], from whichever layout is held."""
+        columns = np.asarray(columns)
+        if self._data is not None:
+            return self._data[..., columns, :]
+        return self._tiled[..., columns // TILE, :, columns % TILE]
+
+    def settle(self, layout: str | None) -> None:
+        """Keep the bytes only in `layout` (None: GGUF's rows; "tiled16"): a model whose builds
+        read its weights tiled drops the rows, so that a memory-mapped file's pages are
+        released one tensor at a time as they are tiled."""
+        if layout is not None:
+            storage(self, layout)
+            self._data = None
 
     def __repr__(self) -> str:
         return f"QuantizedArray({self.dtype}, [{', '.join(map(str, self.shape))}])"
@@ -104,7 +130,7 @@ class QuantizedArray:
 
     @property
     def nbytes(self) -> int:
-        return self.data.nbytes
+        return self._tiled.nbytes if self._data is None else self._data.nbytes
 
     def rows(self) -> np.ndarray:
         """float32 [..., N, K]: the values as stored (GGUF's [out, in])."""
@@ -121,9 +147,9 @@ class QuantizedArray:
         so one vector load takes byte i of TILE columns (N is padded with zero columns to a
         multiple of TILE)."""
         if self._tiled is None:
-            *batch, N, R = self.data.shape
+            *batch, N, R = self._data.shape
             padded = -(-N // TILE) * TILE
-            src = self.data
+            src = self._data
             if padded != N:
                 src = np.concatenate([src, np.zeros((*batch, padded - N, R), np.uint8)], axis=-2)
             tiles = src.reshape(*batch, padded // TILE, TILE, R)
