@@ -171,22 +171,24 @@ def test_list_passes_shows_what_a_build_for_the_cpu_changes(capsys):
 
 def test_a_build_for_this_machine_cuts_ops_into_one_part_per_core(capsys, tmp_path, monkeypatch):
     """threads' parts: a build for this machine cuts an op of static size into one part per
-    thread a call takes by default (KINA_NUM_THREADS here, at least 2), and --list-passes
-    says so; a portable build keeps the table's 4. x[4, 576] @ W[576, 1536] is cut along
-    W's columns."""
+    core of the machine (at least 2), whatever KINA_NUM_THREADS says (a build does not depend
+    on the threads a call later runs on), and --list-passes says so; a portable build keeps
+    the table's 4. x[4, 576] @ W[576, 1536] is cut along W's columns."""
     src = tmp_path / "mm.kina"
     src.write_text("let f = fn(x: tensor<F32, [4, 576], @host>, w: tensor<F32, [576, 1536], @host>) "
                    "-> (tensor<F32, [4, 1536], @host>) {\n  (x @ w)\n}\n")
     widths = {}
-    for threads, cpu, width in [("2", "native", 768), ("1", "native", 768), ("8", "native", 192),
-                                ("8", "x86-64-v4", 384)]:
+    for cores, threads, cpu, width in [(2, "1", "native", 768), (2, "8", "native", 768), (8, "2", "native", 192),
+                                       (1, "1", "native", 768), (8, "8", "x86-64-v4", 384)]:
+        monkeypatch.setattr("os.cpu_count", lambda: cores)
         with knobs.scoped(KINA_NUM_THREADS=threads):
             rc, out, _ = main(capsys, src, "--emit", "threads", "--cpu", cpu)
-            widths[threads, cpu] = re.findall(r"memref.subview %w\[0, %\w+\] \[576, (\d+)\]", out)
-            assert rc == 0 and widths[threads, cpu] == [str(width)], (threads, cpu, widths)
+            widths[cores, threads, cpu] = re.findall(r"memref.subview %w\[0, %\w+\] \[576, (\d+)\]", out)
+            assert rc == 0 and widths[cores, threads, cpu] == [str(width)], (cores, threads, cpu, widths)
             rc, out, _ = main(capsys, "--list-passes", "--cpu", cpu)
             shown = re.search(r"^[ ]+parts=4: .*?(\[this target: (\d+)\])?$", out, re.M)
-            assert rc == 0 and shown and shown.group(2) == (None if cpu != "native" else str(max(2, int(threads))))
+            assert rc == 0 and shown and shown.group(2) == (None if cpu != "native" or cores == 4 else
+                                                            str(max(2, cores)))
 
 
 MATMUL = "let f = fn(x: tensor<F32, [4, 64], @host>, w: tensor<F32, [64, 48], @host>) -> (tensor<F32, [4, 48], @host>) {\n  (x @ w)\n}\n"

@@ -107,7 +107,7 @@ def fmt_scales(name: str) -> tuple[int, ...]:
 
 
 def load(path: str | os.PathLike, dtype=None, max_seq_len: int | None = None, allow_nonfinite: bool = False,
-         fma: bool = False, weight_dtype=None, pass_options: str = "", threads: int | None = None) -> Decoder:
+         fma: bool = True, weight_dtype=None, pass_options: str = "", threads: int | None = None) -> Decoder:
     """The Decoder of a GGUF file: activations, norms and caches in `dtype` (default float32);
     the matrices as the file has them (block formats kept, F16/BF16 kept against F32
     activations) or, with `weight_dtype`, all of them converted to that float dtype;
