@@ -110,6 +110,8 @@ def parse_args(argv=None):
                    help="thread counts every engine runs at (default 1,2)")
     p.add_argument("--exact", action="store_true",
                    help="also run Kina's exact build (load_pretrained(fma=False), the -O0 bits: rows 'Kina exact')")
+    p.add_argument("--kinds", type=kind_list, default=",".join(KINDS),
+                   help=f"the Kina rows (and llama.cpp's files of the same weight dtypes): default {','.join(KINDS)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bw-passes", type=int, default=4,
                    help="read-bandwidth passes on each thread count, before the runs and again after (default 4)")
@@ -157,6 +159,18 @@ def parse_args(argv=None):
     return a
 
 
+KINDS = ("F32", "F16", "BF16", "F32+F16w", "F32+BF16w")
+
+
+def kind_list(text: str) -> list[str]:
+    """An argparse type: "F32,F32+F16w" -> ["F32", "F32+F16w"], each one of KINDS."""
+    kinds = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(KINDS)}, got {text!r}")
+    return list(dict.fromkeys(kinds))
+
+
 def quant_kinds(text: str) -> list[str]:
     """An argparse type: "Q8_0,Q4_K_M" -> ["Q8_0", "Q4_K_M"], each one of ggufs.QUANTIZED; "" -> []."""
     kinds = [t.strip().upper() for t in text.split(",") if t.strip()]
@@ -194,6 +208,9 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     bf16 = kina.runtime.numpy_dtype("BF16")
     kinds = [("F32", np.float32, None, "F32"), ("F16", np.float16, None, "F16"), ("BF16", bf16, None, "F16"),
              ("F32+F16w", np.float32, np.float16, "F16"), ("F32+BF16w", np.float32, bf16, "F16")]
+    kinds = [k for k in kinds if k[0] in args.kinds]
+    # llama.cpp's file of each weight dtype the chosen Kina rows hold
+    llama_dtypes = {w for label in args.kinds for w in ("F32", "F16", "BF16") if label.split("+")[-1].rstrip("w") == w}
     for engine, fma in [("Kina", True)] + [("Kina exact", False)] * args.exact:
         for label, dt, wdt, floor_dt in kinds:
             t = time.perf_counter()
@@ -212,6 +229,8 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     import gguf
     versions["gguf"] = getattr(gguf, "__version__", None) or _dist_version("gguf")
     for dt, path in gguf_files(args.folder).items():
+        if dt not in llama_dtypes:
+            continue
         e = engines.LlamaCppEngine(path, n_ctx)
         for n in args.threads:
             rows[f"llama.cpp {dt} {n}T"] = (lambda e=e, n=n: e.run(args.prompt_ids, args.new, n),
