@@ -144,12 +144,15 @@ def quantize(src: Path, dst: Path, label: str) -> Path:
 
 
 def _stamp(source: Path) -> dict:
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    import llama_cpp
+    try:  # the quantizer that made the files; a run without llama.cpp makes none
+        made_by = version("llama_cpp_python")
+    except PackageNotFoundError:
+        made_by = None
     st = source.stat()
     return {"source": str(source.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "gguf": version("gguf"), "llama_cpp": llama_cpp.__version__}
+            "gguf": version("gguf"), "llama_cpp": made_by}
 
 
 def make_files(source: Path, folder: Path, kinds: list[str], log=print) -> dict[str, Path]:
