@@ -36,7 +36,7 @@ from typing import Callable
 from ..config import DecoderConfig
 
 # name -> module under this package; a new family is one line here
-_MODULES = {"llama": "llama"}
+_MODULES = {"llama": "llama", "gemma3": "gemma3"}
 
 
 @dataclass(frozen=True)
