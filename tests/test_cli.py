@@ -171,22 +171,24 @@ def test_list_passes_shows_what_a_build_for_the_cpu_changes(capsys):
 
 def test_a_build_for_this_machine_cuts_ops_into_one_part_per_core(capsys, tmp_path, monkeypatch):
     """threads' parts: a build for this machine cuts an op of static size into one part per
-    thread a call takes by default (KINA_NUM_THREADS here, at least 2), and --list-passes
-    says so; a portable build keeps the table's 4. x[4, 576] @ W[576, 1536] is cut along
-    W's columns."""
+    core of the machine (at least 2), whatever KINA_NUM_THREADS says (a build does not depend
+    on the threads a call later runs on), and --list-passes says so; a portable build keeps
+    the table's 4. x[4, 576] @ W[576, 1536] is cut along W's columns."""
     src = tmp_path / "mm.kina"
     src.write_text("let f = fn(x: tensor<F32, [4, 576], @host>, w: tensor<F32, [576, 1536], @host>) "
                    "-> (tensor<F32, [4, 1536], @host>) {\n  (x @ w)\n}\n")
     widths = {}
-    for threads, cpu, width in [("2", "native", 768), ("1", "native", 768), ("8", "native", 192),
-                                ("8", "x86-64-v4", 384)]:
+    for cores, threads, cpu, width in [(2, "1", "native", 768), (2, "8", "native", 768), (8, "2", "native", 192),
+                                       (1, "1", "native", 768), (8, "8", "x86-64-v4", 384)]:
+        monkeypatch.setattr("os.cpu_count", lambda: cores)
         with knobs.scoped(KINA_NUM_THREADS=threads):
             rc, out, _ = main(capsys, src, "--emit", "threads", "--cpu", cpu)
-            widths[threads, cpu] = re.findall(r"memref.subview %w\[0, %\w+\] \[576, (\d+)\]", out)
-            assert rc == 0 and widths[threads, cpu] == [str(width)], (threads, cpu, widths)
+            widths[cores, threads, cpu] = re.findall(r"memref.subview %w\[0, %\w+\] \[576, (\d+)\]", out)
+            assert rc == 0 and widths[cores, threads, cpu] == [str(width)], (cores, threads, cpu, widths)
             rc, out, _ = main(capsys, "--list-passes", "--cpu", cpu)
             shown = re.search(r"^[ ]+parts=4: .*?(\[this target: (\d+)\])?$", out, re.M)
-            assert rc == 0 and shown and shown.group(2) == (None if cpu != "native" else str(max(2, int(threads))))
+            assert rc == 0 and shown and shown.group(2) == (None if cpu != "native" or cores == 4 else
+                                                            str(max(2, cores)))
 
 
 MATMUL = "let f = fn(x: tensor<F32, [4, 64], @host>, w: tensor<F32, [64, 48], @host>) -> (tensor<F32, [4, 48], @host>) {\n  (x @ w)\n}\n"
@@ -560,6 +562,7 @@ def test_run_bad_inputs_are_named(capsys, tmp_path):
         (inputs[:-1] + [f"scale=@{folder}/both.npz"], f"--input scale: {folder}/both.npz: is an .npz archive, not a "
                                                       f".npy array file (give each array as its own .npy file)"),
         (inputs[:-1] + [f"scale=@{folder}"], f"--input scale: {folder}: is a directory"),
+        (inputs[:-1] + ["scale=@"], "--input scale=@ names no file: write the .npy file's path after the @"),
     ]
     for args, fragment in cases:
         rc, out, err = main(capsys, "run", STATIC, *args)
@@ -710,3 +713,33 @@ def test_damaged_files_are_one_line_naming_the_file(tmp_path):
         assert proc.returncode == 1, (argv, proc.stderr)
         assert words in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
         assert proc.stderr.count("\n") == 1 or ": error: " in proc.stderr.splitlines()[0], (argv, proc.stderr)
+
+
+QUANTIZED = ("let f = fn(x: tensor<F32, [2, 64], @host>, w: tensor<Q4_0, [64, 32], @host>) "
+             "-> (tensor<F32, [2, 32], @host>) {\n  (x @ w)\n}\n")
+
+
+def test_run_a_block_quantized_parameter(capsys, tmp_path):
+    """kinac run gives a block-quantized parameter random blocks (finite scales), or reads the
+    uint8 bytes of its GGUF rows from an .npy file; the build agrees with the interpreter."""
+    from kina.runtime.quant import random_blocks
+    src = tmp_path / "q.kina"
+    src.write_text(QUANTIZED)
+    rc, out, err = main(capsys, "run", src, "--compare")
+    assert rc == 0 and re.match(r"result 0: float32 \[2, 32\]  largest difference: \S+ absolute", out), err
+    w = random_blocks("Q4_0", (64, 32), np.random.default_rng(3))
+    x = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
+    np.save(tmp_path / "w.npy", w.data)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "wf.npy", w.dequantize())
+    rc, out, err = main(capsys, "run", src, "--input", f"x=@{tmp_path}/x.npy", "--input", f"w=@{tmp_path}/w.npy",
+                        "--output-dir", tmp_path / "out")
+    assert rc == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "0.npy"), x @ w.dequantize(), rtol=1e-5, atol=1e-5)
+    for args, fragment in [
+        ([f"x=@{tmp_path}/x.npy", f"w=@{tmp_path}/wf.npy"],
+         "a Q4_0 parameter takes the uint8 bytes of its GGUF rows, [..., N, K / 32 * 18], got float32 [64, 32]"),
+        (["x=1", "w=2"], "f(): parameter 'w' is Q4_0: give it as @FILE.npy (the uint8 bytes of its GGUF rows)"),
+    ]:
+        rc, out, err = main(capsys, "run", src, *[a for v in args for a in ("--input", v)])
+        assert rc == 1 and fragment in err and err.count("\n") == 1, err

@@ -147,12 +147,39 @@ HEAD = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n"
      "expected ';' after let binding, found 'a'"),
     ("long_name.kina", HEAD + "  (" + "x" * 100000 + ")\n}\n", 2, 4, f"undefined name '{'x' * 100000}'"),
     ("long_comment.kina", "// " + "é" * 200000 + "\n" + HEAD + "  (a) )\n}\n", 3, 7, "expected '}', found ')'"),
+    # Python converts at most 4,300 digits to an int: the text is checked first, and shown by its ends
+    ("long_number.kina", HEAD + "  (a * 1" + "0" * 4400 + ")\n}\n", 2, 8,
+     "the number 1000000000000000...00000000 (4401 characters) is too large for any dtype "
+     "(F64's largest finite value is 1.79769e+308)"),
+    ("digits_310.kina", HEAD + "  (a * 1" + "0" * 309 + ")\n}\n", 2, 8,
+     "the number 1000000000000000...00000000 (310 characters) is too large for any dtype "
+     "(F64's largest finite value is 1.79769e+308)"),
+    ("bom_then_error.kina", "\ufeff" + HEAD + "  (b)\n}\n", 2, 4, "undefined name 'b'"),
 ])
 def test_generated_odd_file(name, source, line, col, message, tmp_path, capsys):
     status, path, err = run_kinac(tmp_path, name, source.encode(), capsys)
     assert status == 1, err
     assert_diagnostic(err, path, source.encode(), line, col, message)
     assert all(len(ln) < 1000 for ln in err.splitlines()[1:3]), "a very long line is shown as a window"
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path, capsys):
+    # A UTF-8 byte-order mark opens some editors' files; Python, clang and rustc skip it, and so does Kina
+    # (columns on the first line count from after it).
+    path = tmp_path / "bom.kina"
+    path.write_bytes(("\ufeff" + HEAD + "  (a)\n}\n").encode())
+    from kina.frontend import syntax as s
+    program = s.parse(path.read_bytes(), str(path))
+    assert [f.name for f in program.functions] == ["f"] and program.functions[0].loc.col == 5
+    status, _, err = run_kinac(tmp_path, "bom2.kina", ("\ufeff" + HEAD + "  (a)\n}\n").encode(), capsys,
+                               "--emit", "typed")
+    assert status == 0, err
+
+
+def test_309_digits_are_an_f64_number():
+    from kina.frontend import syntax as s
+    program = s.parse(HEAD + "  (a * 1" + "0" * 300 + ")\n}\n")
+    assert program.functions[0].results[0].rhs.value == 10 ** 300
 
 
 def test_nesting_just_below_the_limit_compiles_and_runs():

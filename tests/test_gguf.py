@@ -72,46 +72,63 @@ def compare(model, ref, prompt=PROMPT, n_new=N_NEW, bound=1e-4):
     return got
 
 
-@pytest.mark.parametrize("kind", FORMATS)
-def test_same_greedy_tokens_and_logits_as_transformers_on_the_same_file(tmp_path, hf_model, kind):
-    path = write(tmp_path, hf_model, kind)
-    model = checkpoints.load(path, max_seq_len=64)
-    compare(model, reference(path))
-    if kind not in ("F32", "F16", "BF16"):  # the blocks are kept, not dequantized
-        assert model.weights["layers.0.wq"].dtype == kind
+# Every format in one file, so that one model (two builds: its layers' types differ) covers them
+# all: as a Q4_K_M file mixes formats, here each layer's seven matrices are seven formats, and the
+# head is the embedding, Q8_0, as SmolLM2's.
+MIXED = {**{f"blk.0.{m}.weight": t for m, t in zip(
+            ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"],
+            ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K", "F16"])},
+         **{f"blk.1.{m}.weight": t for m, t in zip(
+            ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"],
+            ["BF16", "Q6_K", "Q4_K", "Q8_0", "Q5_0", "Q4_1", "Q4_0"])}}
+NAMES = {"attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo", "ffn_gate": "w_gate",
+         "ffn_up": "w_up", "ffn_down": "w_down"}
 
 
-def test_a_tied_head_is_the_quantized_embedding(tmp_path, hf_model):
-    """No output.weight: the head is token_embd itself (Q8_0 here, as SmolLM2's), the matrices Q4_1."""
+@pytest.fixture(scope="module")
+def mixed(hf_model, tmp_path_factory):
+    """The file of every format, Kina's model of it and transformers' reading of it."""
     tensors, config = hf_model
     tensors = {k: v for k, v in tensors.items() if k != "lm_head.weight"}
-    path = tmp_path / "tied.gguf"
-    gguf_files.write(path, tensors, {**config, "tie_word_embeddings": True}, "Q4_1", embed_type="Q8_0")
+    path = tmp_path_factory.mktemp("mixed") / "mixed.gguf"
+    gguf_files.write(path, tensors, {**config, "tie_word_embeddings": True}, "F32", embed_type="Q8_0", types=MIXED)
+    assert set(MIXED.values()) == set(FORMATS) - {"F32"}
+    return path, checkpoints.load(path, max_seq_len=64), reference(path)
+
+
+def test_f32_file_gives_transformers_tokens_and_logits(tmp_path, hf_model):
+    path = write(tmp_path, hf_model, "F32")
     model = checkpoints.load(path, max_seq_len=64)
-    assert model.config.tie_embeddings and model.weights["embed"].dtype == "Q8_0"
+    assert model.weights["layers.0.wq"].dtype == np.float32
     compare(model, reference(path))
 
 
-def test_mixed_formats_in_one_file(tmp_path, hf_model):
-    """As a Q4_K_M file mixes them: Q6_K for some layers' v and down projections, Q4_K elsewhere."""
-    types = {"blk.0.attn_v.weight": "Q6_K", "blk.1.ffn_down.weight": "Q6_K", "blk.1.attn_q.weight": "Q5_0"}
-    path = write(tmp_path, hf_model, "Q4_K", types=types, embed_type="Q8_0")
-    compare(checkpoints.load(path, max_seq_len=64), reference(path))
+def test_every_format_gives_transformers_tokens_and_logits(mixed):
+    """Each block format kept as blocks (not dequantized), F16 and BF16 kept against F32
+    activations; a tied head that is the quantized embedding."""
+    path, model, ref = mixed
+    for gname, kind in MIXED.items():
+        _, layer, m, _ = gname.split(".")
+        got = model.weights[f"layers.{layer}.{NAMES[m]}"].dtype
+        assert str(got) == {"F16": "float16", "BF16": "bfloat16"}.get(kind, kind), (gname, got)
+    assert model.config.tie_embeddings and model.weights["embed"].dtype == "Q8_0"
+    compare(model, ref)
 
 
-def test_prefill_then_decode_and_recompute_agree(tmp_path, hf_model):
-    model = checkpoints.load(write(tmp_path, hf_model, "Q4_1"), max_seq_len=64)
+def test_prefill_then_decode_and_recompute_agree(mixed):
+    _, model, _ = mixed
     cached, fresh = model.trace(PROMPT, 12), model.trace(PROMPT, 12, use_cache=False)
     assert cached.tokens == fresh.tokens
     np.testing.assert_allclose(cached.logits, fresh.logits, rtol=1e-5, atol=1e-5)
 
 
-def test_dequantized_weights_are_the_float_model(tmp_path, hf_model):
-    """weight_dtype=float32 dequantizes every block at load: the model transformers runs."""
-    path = write(tmp_path, hf_model, "Q4_0")
+def test_dequantized_weights_are_the_float_model(mixed):
+    """weight_dtype=float32 dequantizes every block at load: the model transformers runs
+    (the F32 file's build)."""
+    path, _, ref = mixed
     model = checkpoints.load(path, max_seq_len=64, weight_dtype=np.float32)
     assert model.weights["layers.1.w_up"].dtype == np.float32
-    compare(model, reference(path))
+    compare(model, ref)
 
 
 # -- bad files: one line naming the file and what is wrong ------------------------------------
@@ -154,27 +171,28 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path, data, words):
     assert words in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
 
 
-def test_missing_and_misshapen_tensors_and_a_non_finite_scale(tmp_path, hf_model):
+def test_missing_and_misshapen_tensors_and_a_non_finite_scale(tmp_path, hf_model, mixed):
     tensors, config = hf_model
-    cut = {k: v for k, v in tensors.items() if k != "model.layers.1.mlp.up_proj.weight"}
+    tensors = {k: v for k, v in tensors.items() if k != "lm_head.weight"}
+    config = {**config, "tie_word_embeddings": True}
     path = tmp_path / "cut.gguf"
-    gguf_files.write(path, cut, config, "Q8_0")
+    write = lambda t: gguf_files.write(path, t, config, "F32", embed_type="Q8_0", types=MIXED)  # noqa: E731
+    write({k: v for k, v in tensors.items() if k != "model.layers.1.mlp.up_proj.weight"})
     with pytest.raises(CheckpointError, match=r"tensor 'blk.1.ffn_up.weight' is missing \(the layers.1.w_up"):
         checkpoints.load(path)
-    wrong = dict(tensors, **{"model.norm.weight": np.ones(128, np.float32)})
-    gguf_files.write(path, wrong, config, "Q8_0")
+    write(dict(tensors, **{"model.norm.weight": np.ones(128, np.float32)}))
     with pytest.raises(CheckpointError, match=r"tensor 'output_norm.weight' has shape \[128\], expected \[256\]"):
         checkpoints.load(path)
-    gguf_files.write(path, tensors, config, "Q8_0")
+    write(tensors)
     header = checkpoints.gguf.files.read_gguf(path, "", checkpoints.gguf.BLOCK_SIZES)
-    t = header.tensors["blk.0.attn_k.weight"]
+    t = header.tensors["blk.0.attn_q.weight"]  # Q8_0: blocks of 34 bytes, the F16 scale first
     data = bytearray(path.read_bytes())
     data[t.offset + 34 * 5:t.offset + 34 * 5 + 2] = np.array([np.inf], np.float16).tobytes()  # row 0, block 5
     path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"tensor 'blk.0.attn_k.weight' \(Q8_0\) has 1 blocks with a NaN or "
+    with pytest.raises(CheckpointError, match=r"tensor 'blk.0.attn_q.weight' \(Q8_0\) has 1 blocks with a NaN or "
                                               r"infinite scale, the first block 5 of row 0"):
         checkpoints.load(path)
-    assert checkpoints.load(path, allow_nonfinite=True, max_seq_len=16) is not None
+    assert checkpoints.load(path, allow_nonfinite=True, max_seq_len=64) is not None  # the mixed file's builds
 
 
 # -- the tokenizer ------------------------------------------------------------------------------

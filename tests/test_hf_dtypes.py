@@ -1,6 +1,6 @@
 """Hugging Face checkpoints at other precisions than the default build: F16 and BF16
 folders (read as float32, and computed in their own dtype), and fused multiply-adds
-(fma=True), each against transformers in float32 (tests/hf_checkpoints.py)."""
+(the default fma=True, and fma=False: the exact bits), each against transformers in float32 (tests/hf_checkpoints.py)."""
 from __future__ import annotations
 
 import json
@@ -18,29 +18,30 @@ from kina.apps.cli import main  # noqa: E402
 from kina.models.checkpoints.hf import load as load_pretrained, read_safetensors  # noqa: E402
 
 
-def test_fused_multiply_adds_still_match_transformers(checkpoint, kina_model):
-    """fma=True (a faster prefill): other bits than the default's, the same tokens and
-    logits within the same bound against transformers, and the same bits on 1 and 2 threads.
-    (llama-mha: the build `kina generate --fma` of text_folder uses too.)"""
+def test_exact_bits_still_match_transformers(checkpoint, kina_model):
+    """fma=False (the compiler's exact bits, as -O0): other bits than the default's fused
+    multiply-adds, the same tokens and logits within the same bound against transformers, and
+    the same bits on 1 and 2 threads. (llama-mha: the build `kina generate --exact` of
+    text_folder uses too.)"""
     folder, hf = checkpoint("llama-mha")
-    fused = load_pretrained(folder, fma=True)
-    assert fused.fma and not kina_model("llama-mha").fma
-    got, _ = check_against_transformers(fused, hf)
-    plain = kina_model("llama-mha").trace(PROMPT, N_NEW)
-    assert got.tokens == plain.tokens and not np.array_equal(got.logits, plain.logits)
-    fused.threads = 2
-    assert np.array_equal(fused.trace(PROMPT, N_NEW).logits, got.logits)
+    exact = load_pretrained(folder, fma=False)
+    assert not exact.fma and kina_model("llama-mha").fma
+    got, _ = check_against_transformers(exact, hf)
+    fused = kina_model("llama-mha").trace(PROMPT, N_NEW)
+    assert got.tokens == fused.tokens and not np.array_equal(got.logits, fused.logits)
+    exact.threads = 2
+    assert np.array_equal(exact.trace(PROMPT, N_NEW).logits, got.logits)
     with pytest.raises(TypeError, match="^fma: expected True or False, got str$"):
         load_pretrained(folder, fma="yes")
 
 
-def test_kina_generate_fma(checkpoint, capsys):
-    """`kina generate --fma` is Pretrained(fma=True): the same ids."""
+def test_kina_generate_exact(checkpoint, capsys):
+    """`kina generate --exact` is Pretrained(fma=False): the same ids; the default fuses."""
     folder = checkpoint("llama-mha")[0]
-    assert main(["generate", str(folder), "--prompt-ids", "5,17,2", "--max-new-tokens", "12", "--json", "--fma"]) == 0
-    fused = Pretrained(folder, fma=True)
-    assert fused.model.fma and json.loads(capsys.readouterr().out)["ids"] == \
-        fused.generate([5, 17, 2], max_new_tokens=12).ids
+    assert main(["generate", str(folder), "--prompt-ids", "5,17,2", "--max-new-tokens", "12", "--json", "--exact"]) == 0
+    exact = Pretrained(folder, fma=False)
+    assert not exact.model.fma and Pretrained(folder, defer=True)._options["fma"]
+    assert json.loads(capsys.readouterr().out)["ids"] == exact.generate([5, 17, 2], max_new_tokens=12).ids
 
 
 @pytest.mark.parametrize("half", ["bfloat16", "float16"])

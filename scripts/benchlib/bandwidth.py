@@ -22,11 +22,10 @@ import numpy as np
 from kina.runtime import empty as aligned_empty
 from kina.runtime import workers
 
-from .timing import busy_wait
+from .timing import SETTLE_S, busy_wait
 
 MIB = 1 << 20
 F32 = 4
-SETTLE_S = 0.1  # after a multi-threaded torch/ort sample: let their idle workers stop spinning
 
 # A copy kernel for the copy bandwidth: a concat along the contraction axis of a one-row
 # matmul is fused into it (fuse-concat-matmul), and the fused loop writes the concat with

@@ -1,21 +1,23 @@
-"""One Hugging Face folder, three engines: Kina, transformers and llama.cpp (bench_model.py).
+"""One model, three engines: Kina, transformers and llama.cpp (bench_model.py).
 
-In:  a shape (SHAPES: the LlamaConfig fields), a seed and a folder; a prompt of token ids
-     and a number of tokens to generate.
+In:  a shape (SHAPES: the LlamaConfig fields), a seed and a folder, or a GGUF file; a prompt
+     of token ids and a number of tokens to generate.
 Out: build_folder() writes a LlamaForCausalLM of seeded random weights with
      save_pretrained (F32; gains and biases perturbed, so nothing is trivially 1 or 0);
-     write_gguf() writes the same tensors as a llama.cpp GGUF file (F32 or F16);
-     weight_bytes() is what one decode step reads; and the engines, each with
+     write_gguf() writes the same tensors as a llama.cpp GGUF file (F32, F16, BF16 or a
+     block format); weight_bytes() is what one decode step reads; and the engines, each with
      run(prompt, n_new) -> {tokens, logits [n_new, V], prefill, decode (the median step),
-     total}: KinaEngine (kina.models.load), TransformersEngine
-     (from_pretrained, eager attention) and LlamaCppEngine (llama-cpp-python).
-     compare() says where two runs' tokens part and how far apart their logits are.
+     total} and generate(prompt, n_new) -> tokens (keeping no logits: what a peak-memory
+     child runs): KinaEngine (kina.models.checkpoints.load, a folder or a GGUF file),
+     TransformersEngine (from_pretrained, eager attention; a GGUF file dequantized to F32)
+     and LlamaCppEngine (llama-cpp-python). compare() says where two runs' tokens part and
+     how far apart their logits are.
 
-Guarantees: every engine reads the one folder (llama.cpp through the GGUF written from
-its tensors); every run is greedy, prefills the prompt in one batch and then decodes one
-token per step; its logits are float32 copies. llama.cpp runs as models.md's fair F32
-comparison asks: F32 KV cache, flash attention off, weights loaded rather than memory-mapped.
-Nothing here imports torch, transformers, gguf or llama_cpp until an engine needs it.
+Guarantees: every engine reads the one folder or file (llama.cpp a folder through the GGUF
+written from its tensors); every run is greedy, prefills the prompt in one batch and then
+decodes one token per step; its logits are float32 copies. llama.cpp runs as models.md's fair
+F32 comparison asks: F32 KV cache, flash attention off, weights loaded rather than memory-mapped.
+Nothing here imports kina, torch, transformers, gguf or llama_cpp until an engine needs it.
 """
 from __future__ import annotations
 
@@ -26,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bandwidth import SETTLE_S
-from .timing import busy_wait
+from .timing import SETTLE_S, busy_wait
 
 # LlamaConfig fields per shape; rope_theta and rms_norm_eps as SmolLM's config has them. The
 # weights' spread (initializer_range) is 0.05 at smollm and small: 32 distinct greedy tokens in
@@ -145,16 +146,12 @@ def dummy_vocab(n: int) -> tuple[list[str], list[float], list[int]]:
     return pieces, [0.0] * n, [int(t) for t in types]
 
 
-def write_gguf(folder: Path, path: Path, dtype) -> Path:
+def write_gguf(folder: Path, path: Path, dtype, embed_dtype=None) -> Path:
     """The folder's model as a GGUF file of arch llama, matrices in `dtype` (float32, float16
-    or bfloat16, rounded to nearest even as Kina's loader rounds them; gains stay F32, as
-    llama.cpp's converter keeps them)."""
+    or bfloat16, rounded to nearest even as Kina's loader rounds them; or a block format's name,
+    "Q8_0", "Q4_0", "Q4_1" or "Q5_0", packed by the gguf package's reference quantizer), the
+    embedding in `embed_dtype` (default `dtype`); gains stay F32, as llama.cpp's converter keeps them."""
     import gguf
-    from kina import runtime
-    dtype = np.dtype(dtype)
-    bf16 = runtime.numpy_dtype("BF16")
-    file_type = {np.dtype(np.float32): gguf.LlamaFileType.ALL_F32, np.dtype(np.float16): gguf.LlamaFileType.MOSTLY_F16,
-                 bf16: gguf.LlamaFileType.MOSTLY_BF16}[dtype]
     c = config_of(folder)
     H, Hk, D = c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"]
     Dh = c.get("head_dim") or D // H
@@ -171,7 +168,7 @@ def write_gguf(folder: Path, path: Path, dtype) -> Path:
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_rope_freq_base(c.get("rope_parameters", {}).get("rope_theta", c.get("rope_theta", 10000.0)))
     w.add_vocab_size(c["vocab_size"])
-    w.add_file_type(file_type)
+    w.add_file_type(_file_type(dtype))
     pieces, scores, types = dummy_vocab(c["vocab_size"])
     w.add_tokenizer_model("llama")
     w.add_token_list(pieces)
@@ -190,16 +187,35 @@ def write_gguf(folder: Path, path: Path, dtype) -> Path:
             a = permute_rows(a, Hk)
         if a.ndim != 2:
             w.add_tensor(gguf_name(hf), np.ascontiguousarray(a))
-        elif dtype == bf16:  # the gguf package takes BF16 as its bits, named by raw_dtype
-            w.add_tensor(gguf_name(hf), np.ascontiguousarray(a.astype(bf16)).view(np.uint16),
-                         raw_dtype=gguf.GGMLQuantizationType.BF16)
         else:
-            w.add_tensor(gguf_name(hf), np.ascontiguousarray(a.astype(dtype)))
+            data, raw = _encode(a, embed_dtype if embed_dtype is not None and hf == "model.embed_tokens.weight" else dtype)
+            w.add_tensor(gguf_name(hf), data, raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _file_type(dtype):
+    import gguf
+    if isinstance(dtype, str):
+        return gguf.LlamaFileType[f"MOSTLY_{dtype}"]
+    from kina import runtime
+    return {np.dtype(np.float32): gguf.LlamaFileType.ALL_F32, np.dtype(np.float16): gguf.LlamaFileType.MOSTLY_F16,
+            runtime.numpy_dtype("BF16"): gguf.LlamaFileType.MOSTLY_BF16}[np.dtype(dtype)]
+
+
+def _encode(a: np.ndarray, dtype) -> tuple[np.ndarray, object]:
+    """(the bytes or values GGUFWriter.add_tensor takes, its raw_dtype) of matrix `a` in `dtype`."""
+    import gguf
+    if isinstance(dtype, str):  # a block format: its bytes, [rows, blocks * size]
+        kind = gguf.GGMLQuantizationType[dtype]
+        return gguf.quants.quantize(np.ascontiguousarray(a), kind), kind
+    from kina import runtime
+    if np.dtype(dtype) == runtime.numpy_dtype("BF16"):  # the gguf package takes BF16 as its bits
+        return np.ascontiguousarray(a.astype(dtype)).view(np.uint16), gguf.GGMLQuantizationType.BF16
+    return np.ascontiguousarray(a.astype(dtype)), None
 
 
 # -- the engines --------------------------------------------------------------------------
@@ -211,29 +227,42 @@ def result(tokens, logits, seconds) -> dict:
 
 
 class KinaEngine:
-    """kina.models.load(folder, dtype, weight_dtype); greedy through StoryLM.trace on `threads`
-    threads (StoryLM.threads, set per run: left unset it would be the machine's cores)."""
+    """kina.models.checkpoints.load(path, dtype, weight_dtype, fma) of a folder or a GGUF file;
+    greedy through Decoder.trace on `threads` threads (Decoder.threads, set per run: left unset
+    it would be the machine's cores)."""
 
-    def __init__(self, folder: Path, dtype, max_seq_len: int, fma: bool = False, weight_dtype=None):
-        from kina.models.checkpoints.hf import load as load_pretrained
-        self.model = load_pretrained(folder, dtype=dtype, max_seq_len=max_seq_len, fma=fma, weight_dtype=weight_dtype)
+    def __init__(self, path: Path, dtype, max_seq_len: int, fma: bool = True, weight_dtype=None):
+        from kina.models import checkpoints
+        self.model = checkpoints.load(path, dtype=dtype, max_seq_len=max_seq_len, fma=fma, weight_dtype=weight_dtype)
 
     def run(self, prompt, n_new, threads: int = 1) -> dict:
         self.model.threads = threads
         g = self.model.trace(prompt, n_new)
         return result(g.tokens, list(g.logits.astype(np.float32)), g.step_seconds)
 
+    def generate(self, prompt, n_new, threads: int = 1) -> list[int]:
+        self.model.threads = threads
+        return [token for token, _, _ in self.model.stream(prompt, n_new)]
+
 
 class TransformersEngine:
-    """transformers' LlamaForCausalLM.from_pretrained(folder), eager attention, F32, under
-    inference_mode; its own KV cache (past_key_values); torch.set_num_threads per run."""
+    """transformers' LlamaForCausalLM.from_pretrained(folder), or AutoModelForCausalLM's of a
+    GGUF file (from_pretrained(its folder, gguf_file=its name), every tensor dequantized to F32),
+    eager attention, F32, under inference_mode; its own KV cache (past_key_values) and no
+    attention mask (all ones: generate()'s mask from the pad token is never built);
+    torch.set_num_threads per run."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, path: Path):
         import torch
         import transformers
         self.torch = torch
-        self.model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                                   attn_implementation="eager").eval()
+        path = Path(path)
+        if path.is_dir():
+            self.model = transformers.LlamaForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                                       attn_implementation="eager").eval()
+        else:
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                path.parent, gguf_file=path.name, dtype=torch.float32, attn_implementation="eager").eval()
         self.version = transformers.__version__
 
     def run(self, prompt, n_new, threads: int = 1) -> dict:
@@ -302,16 +331,29 @@ class LlamaCppEngine:
             busy_wait(SETTLE_S)
         return result(tokens, logits, seconds)
 
+    def generate(self, prompt, n_new, threads: int = 1) -> list[int]:
+        self.lib.llama_set_n_threads(self.llm.ctx, threads, threads)
+        self.llm.reset()
+        tokens, feed = [], list(prompt)
+        for _ in range(n_new):
+            self.llm.eval(feed)
+            p = self.lib.llama_get_logits_ith(self.llm.ctx, -1)
+            tokens.append(int(np.argmax(np.ctypeslib.as_array(p, shape=(self.n_vocab,)))))
+            feed = [tokens[-1]]
+        return tokens
+
 
 def compare(got: dict, want: dict, steps: int | None = None) -> dict:
     """Where got's tokens first differ from want's (None: nowhere), and the largest logit
     difference relative to the row's largest |logit| over the steps before it (all, or
-    the first `steps`): the steps after a divergence continue different texts."""
+    the first `steps`): the steps after a divergence continue different texts; also that
+    error at each of those steps (rel_err_steps)."""
     n = min(len(got["tokens"]), len(want["tokens"]))
     diverge = next((i for i in range(n) if got["tokens"][i] != want["tokens"][i]), None)
     upto = n if diverge is None else diverge + 1  # the step that diverged is compared too
     if steps is not None:
         upto = min(upto, steps)
     g, w = got["logits"][:upto], want["logits"][:upto]
-    err = float((np.abs(g - w).max(axis=-1) / np.abs(w).max(axis=-1)).max()) if upto else 0.0
-    return {"first_divergence": diverge, "steps_compared": upto, "rel_err": err}
+    steps_err = [float(e) for e in np.abs(g - w).max(axis=-1) / np.abs(w).max(axis=-1)]
+    return {"first_divergence": diverge, "steps_compared": upto, "rel_err": max(steps_err, default=0.0),
+            "rel_err_steps": steps_err}

@@ -25,8 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from .bandwidth import SETTLE_S
-from .timing import InputSets, Variant, busy_wait, written
+from .timing import SETTLE_S, InputSets, Variant, busy_wait, written
 
 
 @dataclass

@@ -189,18 +189,19 @@ def write_report(report: dict, path: str | Path) -> Path:
     return path
 
 
-def load_report(path: str, fmt: str = REPORT_FORMAT) -> dict:
-    """A report of format `fmt` (default make_report's, --json), or SystemExit saying what is
-    wrong with the file."""
+def load_report(path: str, fmt: str | tuple[str, ...] = REPORT_FORMAT) -> dict:
+    """A report of format `fmt` (default make_report's, --json; or any of a tuple of formats),
+    or SystemExit saying what is wrong with the file."""
+    formats = (fmt,) if isinstance(fmt, str) else fmt
     try:
         report = json.loads(Path(path).read_text())
     except OSError as e:
         raise SystemExit(f"error: --from-json: cannot read {path}: {e.strerror}") from None
     except ValueError as e:
         raise SystemExit(f"error: --from-json: {path} is not JSON: {e}") from None
-    if not isinstance(report, dict) or report.get("format") != fmt:
+    if not isinstance(report, dict) or report.get("format") not in formats:
         got = report.get("format") if isinstance(report, dict) else type(report).__name__
-        raise SystemExit(f"error: --from-json: expected a {fmt!r} report (from --json), "
+        raise SystemExit(f"error: --from-json: expected a {' or '.join(map(repr, formats))} report (from --json), "
                          f"got format {got!r} in {path}")
     return report
 

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+SETTLE_S = 0.1  # after a multi-threaded torch/ort/llama.cpp run: let their idle workers stop spinning
+
 
 @dataclass
 class InputSets:

@@ -76,8 +76,9 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                         "default: as the checkpoint holds them (a GGUF file's quantized blocks as they are)")
     p.add_argument("-t", "--threads", type=_positive, default=None,
                    help="KINA_NUM_THREADS: the threads each layer step runs on (default: the cores)")
-    p.add_argument("--fma", action="store_true",
-                   help="fused multiply-adds in the matmuls: a faster prefill, other bits than the default's")
+    p.add_argument("--exact", action="store_true",
+                   help="the compiler's exact bits (as -O0: each multiply and add rounded apart, in k order) "
+                        "rather than the default's fused multiply-adds; a slower prefill")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="load weights that hold NaN or infinity (refused by default, naming the tensor)")
     p.add_argument("--chat-template", metavar="FILE", default=None,
@@ -203,7 +204,7 @@ def load(args, status: Status, program: str, defer: bool = False) -> Pretrained:
             template = files.read_text(Path(args.chat_template))
         except files.FileError as e:
             raise UsageError(f"--chat-template: {e}") from None
-    model = Pretrained(args.model, runtime.numpy_dtype(args.dtype), max_seq_len=None, fma=args.fma,
+    model = Pretrained(args.model, runtime.numpy_dtype(args.dtype), max_seq_len=None, fma=not args.exact,
                        weight_dtype=args.weight_dtype and runtime.numpy_dtype(args.weight_dtype),
                        allow_nonfinite=args.allow_nonfinite, chat_template=template, defer=True)
     if args.ctx_size is not None:

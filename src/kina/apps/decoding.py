@@ -220,7 +220,7 @@ class Pretrained:
     """
 
     def __init__(self, path: str | os.PathLike, dtype=None, max_seq_len: int | None = None,
-                 allow_nonfinite: bool = False, fma: bool = False, weight_dtype=None, threads: int | None = None,
+                 allow_nonfinite: bool = False, fma: bool = True, weight_dtype=None, threads: int | None = None,
                  chat_template: str | None = None, defer: bool = False):
         self.path = Path(path)
         t0 = time.perf_counter()

@@ -61,6 +61,11 @@ def parse(source: str | bytes, filename: str = "<string>") -> ast.Program:
     return ast.Program(tuple(x for x in functions if isinstance(x, ast.Function)), filename, text, uses)
 
 
+def _shown(text: str) -> str:
+    """A number's text as a message shows it: whole if short, else its ends and its length."""
+    return text if len(text) <= 40 else f"{text[:16]}...{text[-8:]} ({len(text)} characters)"
+
+
 def _decode(source: str | bytes, filename: str) -> str:
     if isinstance(source, bytes):
         try:
@@ -71,6 +76,7 @@ def _decode(source: str | bytes, filename: str) -> str:
             raise KinaError(Loc(filename, line, col),
                             f"source is not valid UTF-8 (byte 0x{source[e.start]:02x} at offset {e.start})",
                             source=source.decode("utf-8", "replace")) from None
+    source = source.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as Python, clang and rustc accept it
     nul = source.find("\0")
     if nul >= 0:
         line = source.count("\n", 0, nul) + 1
@@ -367,10 +373,13 @@ class _ToAst(Transformer):
     # ?atom: NUMBER -> number
     def number(self, meta, items):
         text = str(items[0])
-        value = int(text) if text.isdigit() else float(text)
-        if value == float("inf"):  # past every dtype (F64 ends at 1.8e308): say so with the text as written
-            raise KinaError(_loc(self.f, meta), f"the number {text} is too large for any dtype "
+        # An integer of more than 309 digits is past every dtype; checked on the text, since Python
+        # refuses to convert more than 4,300 digits to an int.
+        too_large = len(text.lstrip("0")) > 309 if text.isdigit() else float(text) == float("inf")
+        if too_large:  # past every dtype (F64 ends at 1.8e308): say so with the text as written
+            raise KinaError(_loc(self.f, meta), f"the number {_shown(text)} is too large for any dtype "
                                                 "(F64's largest finite value is 1.79769e+308)")
+        value = int(text) if text.isdigit() else float(text)
         return ast.Number(_loc(self.f, meta), value)
 
     # ?unary: "-" unary -> neg; a minus written before a number is that number's sign

@@ -36,9 +36,11 @@ Guarantees:
     one prepared call per layer plus the head, run as one `runtime.CallSequence`, each on
     `threads` threads (default `runtime.default_threads()`, read per token), with the same bits
     on any number of threads.
-  - By default each matmul sums in k order as fmul then fadd, the bits of -O0 and of any thread
-    count; `fma=True` rounds each multiply-add once instead (prefill is compute-bound: about
-    1.35x faster there; still the same bits on any thread count).
+  - By default (`fma=True`, the fastest build within the families' bound against transformers)
+    each matmul rounds each multiply-add once, and a block-quantized one sums x * q over each
+    group before scaling it (quantized-matmul-loops{block-sums=true}): prefill, compute-bound, is
+    about 1.35x faster than with `fma=False`, which sums in k order as fmul then fadd, the
+    compiler's exact bits (those of -O0). Either way the bits are the same on any thread count.
   - Weights are checked once (kina.models.weights); a kernel parameter with nothing to bind is
     an error naming the kernel file, the function and the parameter.
 """
@@ -111,7 +113,7 @@ class Decoder(Generator):
     """
 
     def __init__(self, config: DecoderConfig, weights: Mapping[str, np.ndarray], *, max_seq_len: int | None = None,
-                 dtype=np.float32, weight_dtype=None, fma: bool = False, threads: int | None = None,
+                 dtype=np.float32, weight_dtype=None, fma: bool = True, threads: int | None = None,
                  pass_options: str = "", allow_nonfinite: bool = False, copy: bool = True):
         if not isinstance(config, DecoderConfig):
             raise TypeError(f"config: expected a kina.models.DecoderConfig, got {type(config).__name__}")
@@ -480,14 +482,17 @@ def kernel_params(path: Path) -> dict[str, dict[str, str]]:
 def _program(kernel: Path, dtypes: tuple, dims: tuple, fma: bool = False, threaded: bool = True,
              pass_options: str = ""):
     """`kernel` compiled for these type parameters and dims (B = 1; S and P stay symbolic); with
-    `fma`, its matmuls round each multiply-add once (matmul-loops{fma=true}); without
+    `fma`, its matmuls round each multiply-add once (matmul-loops{fma=true}) and its
+    block-quantized ones sum each group first (quantized-matmul-loops{fma=true block-sums=true});
+    without
     `threaded`, no op of a symbolic size is split either (threads{symbolic=false}), so that,
     every static one being small, no function gets a threaded entry; `pass_options`: more pass
     options, on top of those (a pass named in both takes both)."""
     import kina
     from kina.driver.pipeline import Options
     options = Options()
-    given = [*(["matmul-loops{fma=true}"] if fma else []), *([] if threaded else ["threads{symbolic=false}"])]
+    fast = ["matmul-loops{fma=true}", "quantized-matmul-loops{fma=true block-sums=true}"]
+    given = [*(fast if fma else []), *([] if threaded else ["threads{symbolic=false}"])]
     if options.opt_level == 0:  # neither pass runs
         given = []
     if given or pass_options:

@@ -135,6 +135,12 @@ def _pair(op):
     deq = src.owner.opview if isinstance(src, ir.OpResult) else None
     if not isinstance(deq, linalg.GenericOp) or DEQUANTIZE not in deq.attributes or src.type.rank != 3:
         return None
+    # the forms the lowering makes: F32 values, activations of F32, F16 or BF16, summed in F32
+    x, acc = list(op.inputs)[0], list(op.outputs)[0]
+    f32 = ir.F32Type.get()
+    if src.type.element_type != f32 or acc.type.element_type != f32 or \
+            x.type.element_type not in (f32, ir.F16Type.get(), ir.BF16Type.get()):
+        return None
     return op, deq, collapse
 
 

@@ -118,7 +118,7 @@ def max_positions(config, f: Fields, max_seq_len: int | None, sliding: bool) -> 
 
 
 def load(folder: str | os.PathLike, dtype=None, max_seq_len: int | None = None, allow_nonfinite: bool = False,
-         fma: bool = False, weight_dtype=None, pass_options: str = "", threads: int | None = None) -> Decoder:
+         fma: bool = True, weight_dtype=None, pass_options: str = "", threads: int | None = None) -> Decoder:
     """The Decoder of a Hugging Face folder, its weights converted to `dtype` (default float32)
     and projections transposed to [in, out]; `weight_dtype` (float16 or bfloat16 with dtype
     float32) holds the matrices narrower; `max_seq_len` (default the config's
