@@ -6,7 +6,9 @@ converter permutes them, matrices in `matrix_type`, the embedding in `embed_type
 byte-level BPE vocabulary when given one. `pack(values, type)` makes a block format's bytes:
 the `gguf` package's reference quantizers for Q8_0/Q4_0/Q4_1/Q5_0, and simple ones written
 here for Q4_K and Q6_K, which it has none of (any bytes with finite scales are valid blocks;
-`gguf.quants.dequantize` says what they hold).
+`gguf.quants.dequantize` says what they hold). `write_gemma3` writes a `gemma3` file as
+llama.cpp's converter does (norms with 1 added, no q/k permutation), and `sentencepiece_vocab`
+a small vocabulary laid out as Gemma's.
 """
 from __future__ import annotations
 
@@ -133,22 +135,25 @@ def write(path, tensors: dict, config: dict, matrix_type: str = "F32", embed_typ
         name = gguf_name(hf)
         kind = "F32" if a.ndim == 1 else (embed_type or matrix_type) if hf == "model.embed_tokens.weight" \
             else matrix_type
-        kind = (types or {}).get(name, kind)
-        a = np.ascontiguousarray(a)
-        if kind == "F32":
-            w.add_tensor(name, a)
-        elif kind == "F16":
-            w.add_tensor(name, a.astype(np.float16))
-        elif kind == "BF16":
-            import ml_dtypes
-            w.add_tensor(name, a.astype(ml_dtypes.bfloat16).view(np.uint16), raw_dtype=gguf.GGMLQuantizationType.BF16)
-        else:
-            qtype = getattr(gguf.GGMLQuantizationType, kind)
-            w.add_tensor(name, pack(a, kind), raw_dtype=qtype)
+        add_tensor(w, name, a, (types or {}).get(name, kind))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def add_tensor(w, name: str, a: np.ndarray, kind: str) -> None:
+    """`a` (float32) into the GGUFWriter `w` as `kind`: F32, F16, BF16 or a block format (`pack`)."""
+    a = np.ascontiguousarray(a)
+    if kind == "F32":
+        w.add_tensor(name, a)
+    elif kind == "F16":
+        w.add_tensor(name, a.astype(np.float16))
+    elif kind == "BF16":
+        import ml_dtypes
+        w.add_tensor(name, a.astype(ml_dtypes.bfloat16).view(np.uint16), raw_dtype=gguf.GGMLQuantizationType.BF16)
+    else:
+        w.add_tensor(name, pack(a, kind), raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
 
 
 # -- Gemma 3 ------------------------------------------------------------------------------------
@@ -213,11 +218,7 @@ def write_gemma3(path, tensors: dict, config: dict, types: dict, embed_type: str
             name, kind = f"blk.{i}.{short}.{what}", "F32" if a.ndim == 1 else types.get(short, "F32")
         if name.endswith("norm.weight"):
             a = a + np.float32(1)  # Gemma3RMSNorm's 1 + w, folded in as llama.cpp's converter does
-        a = np.ascontiguousarray(a)
-        if kind == "F32":
-            w.add_tensor(name, a)
-        else:
-            w.add_tensor(name, pack(a, kind), raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+        add_tensor(w, name, a, kind)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

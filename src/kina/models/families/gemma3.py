@@ -27,6 +27,7 @@ import numpy as np
 
 from ..config import ROPE_TYPES, DecoderConfig, Rope
 from . import Family, Tensor
+from .llama import constants, dims  # the kernel's sizes, eps and scale: named as the Llama kernel's
 
 ARCHITECTURES = {"Gemma3ForCausalLM": "gemma3_text"}
 # Gemma3TextConfig's defaults, for fields an older config.json leaves out
@@ -210,18 +211,6 @@ def transform(name: str, array, source: str, config: DecoderConfig):
     if source == "gguf" and name.rsplit(".", 1)[-1] in NORMS:
         return np.asarray(array, np.float32) - np.float32(1)
     return array
-
-
-def dims(config: DecoderConfig) -> dict[str, int]:
-    Hk, G, Dh = config.n_kv_heads, config.group, config.head_dim
-    return dict(B=1, D=config.d_model, Hk=Hk, G=G, Dh=Dh, R=Dh // 2, Q=config.q_dim,
-                KV=config.kv_dim, F=config.ffn_dim, V=config.vocab_size)
-
-
-def constants(config: DecoderConfig, dtypes) -> dict[str, np.ndarray]:
-    """eps in the norm dtype W, and the attention scale (query_pre_attn_scalar^-0.5) in T."""
-    return {"eps": np.full((1, 1, 1), config.norm_eps, dtypes["W"]),
-            "scale": np.full((1, 1, 1, 1), config.attn_scale or 1 / math.sqrt(config.head_dim), dtypes["T"])}
 
 
 FAMILY = Family(name="gemma3", kernel=Path(__file__).with_name("gemma3.kina"), hf_architectures=ARCHITECTURES,
