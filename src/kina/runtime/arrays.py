@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..dtypes import by_numpy
 from ..frontend.types import DTYPES, TensorType
 from .pool import Pool, data_pointer
 
@@ -92,6 +93,13 @@ def numpy_dtype(dtype: str) -> np.dtype:
         import ml_dtypes  # what makes NumPy know bfloat16
         _NUMPY_DTYPES[dtype] = np.dtype(ml_dtypes.bfloat16)
     return _NUMPY_DTYPES[dtype]
+
+
+def kina_name(dt) -> str | None:
+    """The name of the unblocked Kina dtype ("F32", "BF16", ...) that NumPy dtype `dt` is, or None.
+    Imports nothing: a bfloat16 dtype exists only once ml_dtypes is loaded (NumPy has none)."""
+    d = by_numpy(dt.name) if isinstance(dt, np.dtype) else None
+    return d.name if d is not None and dt == numpy_dtype(d.name) else None
 
 
 # DLPack device types (dlpack.h) whose memory the host reads directly, as NumPy's from_dlpack does
