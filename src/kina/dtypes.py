@@ -64,6 +64,33 @@ class DType:
         """Bytes of `elements` values (a whole number of blocks for a block format)."""
         return elements // self.block * self.size
 
+    @property
+    def f16_fields(self) -> tuple[int, ...]:
+        """The byte offsets of a block format's F16 fields (its scales and mins), read off its
+        `element` (every element traced once); () for other dtypes."""
+        if not self.blocked:
+            return ()
+        seen: set[int] = set()
+        for j in range(self.block):
+            self.element(_Trace(seen), j)
+        return tuple(sorted(seen))
+
+
+class _Trace:
+    """A byte reader that records which offsets `f16` reads (DType.f16_fields): every byte 0."""
+
+    def __init__(self, seen: set):
+        self.seen = seen
+
+    def f16(self, i):
+        self.seen.add(i)
+        return 0.0
+
+    u8 = i8 = staticmethod(lambda i: 0)
+    float = staticmethod(float)
+    where = staticmethod(lambda cond, x, y: x if cond else y)
+    affine = staticmethod(lambda a, q, c=None, minus=False: 0.0)
+
 
 # -- the block formats' values (GGUF's layouts: ggml-common.h, ggml-quants.c) ----------------
 

@@ -89,6 +89,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("TERM", "a terminal type", str, None, "`dumb`: no colour in kinac's diagnostics"),
     Knob("KINA_FUZZ_EXAMPLES", "a non-negative integer", _integer(0), "0",
          "scale the hypothesis fuzzing in `tests/test_fuzz.py` (`make fuzz` uses 5000)", test_only=True),
+    Knob("KINA_REAL_MODELS", "0 or 1", lambda t: _one_of("0", "1")(t) == "1", "0",
+         "`1`: run the tests on real model files that take minutes (the Gemma 3 270M file against "
+         "transformers, when its wheels are installed)", test_only=True),
 ]}
 
 

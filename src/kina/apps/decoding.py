@@ -81,8 +81,10 @@ class Slot:
 
     def reuse(self, prompt: Sequence[int]) -> int:
         """Keep the longest common prefix of what is held and `prompt`, but never all of `prompt`
-        (its last token must run, to give the logits after it); forget the rest. The kept count."""
-        n = common_prefix(self.ids, prompt[:len(prompt) - 1])
+        (its last token must run, to give the logits after it), and only as far as the cache can
+        go back to (a sliding-window layer keeps only its window: `DecoderCache.restorable`);
+        forget the rest. The kept count."""
+        n = self.cache.restorable(common_prefix(self.ids, prompt[:len(prompt) - 1]))
         self.cache.truncate(n)
         del self.ids[n:]
         return n

@@ -199,11 +199,19 @@ def _given(sig: Signature, items: list[str]) -> dict[str, str]:
     return given
 
 
-def _read_npy(name: str, path: str, t: TensorType) -> np.ndarray:
+def _read_npy(name: str, path: str, t: TensorType):
     try:
         a = read_npy(path, f"--input {name}")
     except FileError as e:
         raise CommandError(str(e)) from None
+    if t.is_blocked:  # the bytes of GGUF's rows, [..., N, K / block * size]
+        from .. import dtypes
+        from ..runtime.quant import QuantizedArray
+        fmt = dtypes.by_name(t.dtype)
+        if a.dtype != np.uint8 or a.ndim != t.rank or a.shape[-1] % fmt.size:
+            raise CommandError(f"--input {name}: {path}: a {t.dtype} parameter takes the uint8 bytes of its GGUF "
+                               f"rows, [..., N, K / {fmt.block} * {fmt.size}], got {a.dtype} {list(a.shape)}")
+        return QuantizedArray(t.dtype, (*a.shape[:-2], a.shape[-1] // fmt.size * fmt.block, a.shape[-2]), a)
     want = numpy_dtype(t.dtype)
     if a.dtype == np.dtype("V2") and str(want) == "bfloat16":  # NumPy saves bfloat16 as raw 2-byte values
         a = a.view(want)
@@ -213,6 +221,9 @@ def _read_npy(name: str, path: str, t: TensorType) -> np.ndarray:
 def _filled(fn: str, name: str, text: str, t: TensorType, env: dict[str, int]) -> np.ndarray:
     """Parameter `name` of type `t` filled with the number `text`."""
     where = f"{fn}(): parameter '{name}'"
+    if t.is_blocked:
+        raise CommandError(f"{where} is {t.dtype}: give it as @FILE.npy (the uint8 bytes of its GGUF rows), "
+                           f"not a number")
     want = numpy_dtype(t.dtype)
     integer = want.kind in "iu"
     try:
@@ -242,6 +253,10 @@ def random_inputs(sig: Signature, dims: dict[str, int], seed: int = 0) -> list[n
             raise CommandError(f"parameter '{pname}' has symbolic dims {', '.join(missing)}: "
                                f"give them with --dim NAME=N")
         shape = tuple(d.evaluate(dims) for d in t.dims)
+        if t.is_blocked:  # random blocks, their scales finite
+            from ..runtime.quant import random_blocks
+            out.append(random_blocks(t.dtype, shape, rng))
+            continue
         dtype = numpy_dtype(t.dtype)
         if dtype.kind in "iu":
             out.append(rng.integers(-8, 8, shape).astype(dtype))

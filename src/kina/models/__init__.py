@@ -1,19 +1,23 @@
 """The models: decoder-only transformers whose every layer is one compiled Kina call.
 
     config.py       DecoderConfig: an architecture's numbers, nothing else (and Rope)
-    families/       one module per architecture family, with its kernel: llama.py + llama.kina
+    families/       one module per architecture family, with its kernel (llama.py + llama.kina), and
+                    the blocks kernels share (blocks.kina)
     decoder.py      Decoder: any family's kernel, its parameters bound by name; prefill, step, generation
     cache.py        DecoderCache: a sequence's keys and values, every layer's
     weights.py      a decoder's weights checked once against its family's layout; seeded weights
-    checkpoints/    readers: Hugging Face folders (hf.py), and the one CheckpointError
-    tokenizer.py    Text: a tokenizers.Tokenizer with the model's special ids and chat template
+    checkpoints/    readers: Hugging Face folders (hf.py), GGUF files (gguf.py), the fields of either
+                    (fields.py) and the one CheckpointError
+    tokenizer.py    Text: a tokenizers.Tokenizer with the model's special ids and chat template, from
+                    a folder or a GGUF file's tokenizer.ggml.* keys
     generation.py   the generation loop every model shares (Generator), greedy, causal_mask
     sampling.py     greedy, temperature, top-k and top-p choice of the next token
     storylm.py      StoryLM: a seeded Llama-family Decoder (StoryLM-0 by default), and NumPyStoryLM
-    generate.py     text in, text out (Pretrained), and the `kina generate` command
     seed/           the seed's KVCache and TinyDecoder, and their attention kernels
 
-    kina.models.load("path/to/folder")          # the Decoder of a checkpoint
+    kina.models.load("path/to/folder")          # the Decoder of a checkpoint (a folder or a .gguf file)
+
+Text in, text out (Pretrained) and the `kina` commands are kina.apps'.
 """
 from .cache import DecoderCache
 from .checkpoints import CheckpointError, load

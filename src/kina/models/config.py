@@ -148,8 +148,10 @@ class DecoderConfig:
             raise ValueError(f"head_dim: the head width head_dim = {self.head_dim} must be even "
                              "(rotary embedding splits each head in two halves)")
         put("norm_eps", _positive("norm_eps", self.norm_eps))
-        if not isinstance(self.rope, Rope):
-            raise TypeError(f"rope: expected a kina.models.config.Rope, got {type(self.rope).__name__}")
+        for name in ("rope", "rope_local"):
+            value = getattr(self, name)
+            if not isinstance(value, Rope) and (name == "rope" or value is not None):
+                raise TypeError(f"{name}: expected a kina.models.config.Rope, got {type(value).__name__}")
         for name in ("qkv_bias", "o_bias", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected True or False, got {type(getattr(self, name)).__name__}")

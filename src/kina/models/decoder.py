@@ -28,6 +28,10 @@ Guarantees:
   - Every layer step, and the final norm and head, run compiled Kina. The host does only the
     embedding lookup (times the config's `embed_scale`), the choice of the next token and
     bookkeeping; the rotary tables and the causal mask are constants it computes once per position.
+  - A layer of kind "sliding" (`DecoderConfig.layer_kinds`) attends only to the last
+    `sliding_window` positions up to each query, with its own rotary base (`rope_local`): its
+    cache holds at most the window (kina.models.cache), a prefill's mask hides what lies further
+    back, and a cached prompt runs in chunks of at most the window.
   - Prefilling P tokens then decoding gives what token-by-token decoding gives. A decode step is
     one prepared call per layer plus the head, run as one `runtime.CallSequence`, each on
     `threads` threads (default `runtime.default_threads()`, read per token), with the same bits
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -156,11 +161,28 @@ class Decoder(Generator):
     def rope_scaling(self) -> dict | None:
         return self.config.rope.scaling
 
+    def layer_window(self, layer: int) -> int | None:
+        """The window layer `layer` attends within, when it is shorter than max_seq_len (else
+        None: the layer sees, and its cache keeps, every position)."""
+        c = self.config
+        W = c.sliding_window
+        return W if c.kind(layer) == "sliding" and W is not None and W < self.max_seq_len else None
+
+    @property
+    def bytes_per_token_by_kind(self) -> dict[str, int]:
+        """The KV cache's bytes per position by layer kind: K and V of n_kv_heads heads a layer. A
+        sliding layer holds at most 2W - 1 positions (`DecoderCache.capacity`): then a token costs it nothing."""
+        c = self.config
+        per_layer = 2 * c.n_kv_heads * c.head_dim * self.dtype.itemsize
+        sliding = sum(self.layer_window(i) is not None for i in range(c.n_layers))
+        return {"full": (c.n_layers - sliding) * per_layer, "sliding": sliding * per_layer}
+
     @property
     def bytes_per_token(self) -> int:
-        """The KV cache's bytes per position, all layers: K and V of n_kv_heads heads each."""
-        c = self.config
-        return 2 * c.n_layers * c.n_kv_heads * c.head_dim * self.dtype.itemsize
+        """What a position costs in the KV cache once the sliding windows are full: K and V of
+        n_kv_heads heads in every layer that keeps every position (all layers of a model without
+        sliding-window layers)."""
+        return self.bytes_per_token_by_kind["full"]
 
     # -- the kernel and what it is given ------------------------------------------------
     def _prepare(self) -> None:
@@ -170,6 +192,10 @@ class Decoder(Generator):
         self._dtypes = {"T": dt, "W": runtime.numpy_dtype(norm_dtype(T))}
         self._constants = self.family.constants(c, self._dtypes)
         self._cos, self._sin = c.rope.tables(c.head_dim, self.max_seq_len, dt)
+        self._tables = {"full": (self._cos, self._sin)}  # the rotary rows of each layer kind
+        if "sliding" in c.layer_kinds:
+            self._tables["sliding"] = (self._cos, self._sin) if c.rope_local in (None, c.rope) else \
+                c.rope_local.tables(c.head_dim, self.max_seq_len, dt)
         names = sorted({t.name for t, _ in self.layout.values() if t.layer})
         self._layer_weights = [{n: w[f"layers.{i}.{n}"] for n in names} for i in range(c.n_layers)]
         if c.tie_embeddings and isinstance(w["embed"], QuantizedArray):  # blocks along D: the head's form already
@@ -250,15 +276,16 @@ class Decoder(Generator):
 
     def _layer(self, i: int, x, start: int, k_past, v_past, outs) -> None:
         """Layer i on x [1, P, D] at positions start .., after the caches k_past [1, Hk, Dh, S]
-        and v_past [1, Hk, S, Dh]; writes outs = [k_next, v_next, out]."""
+        and v_past [1, Hk, S, Dh] (the positions start - S .. start - 1); writes outs =
+        [k_next, v_next, out]."""
         P, S = x.shape[1], k_past.shape[3]
-        inputs = {"x": x, "cos": self._cos[start:start + P], "sin": self._sin[start:start + P],
-                  "k_past": k_past, "v_past": v_past}
+        cos, sin = self._tables[self.config.kind(i)]
+        inputs = {"x": x, "cos": cos[start:start + P], "sin": sin[start:start + P], "k_past": k_past, "v_past": v_past}
         if P == 1:
             fn = self._layer_kernels[i].decoder_step
         else:
             fn = self._layer_kernels[i].decoder_prefill
-            inputs["mask"] = causal_mask(S, P, self.dtype)
+            inputs["mask"] = _mask(S, P, self.dtype, self.layer_window(i))
         fn.call_unchecked(self._arguments(fn, inputs, i, {"S": S, "P": P}), outs, self._threads())
 
     def _logits(self, x) -> np.ndarray:
@@ -291,10 +318,20 @@ class Decoder(Generator):
         return self._run(tokens, cache)
 
     def _run(self, tokens: list[int], cache: DecoderCache | None) -> np.ndarray:
-        """`_forward` through `_layer`, one call per layer on new arrays and cache views."""
+        """`_forward` through `_layers`: at once, or into a cache in chunks of at most its `chunk`."""
+        step = (cache.chunk if cache is not None else None) or len(tokens)
+        for at in range(0, len(tokens), step):
+            x = self._layers(tokens[at:at + step], cache)
+        return self._logits(x)
+
+    def _layers(self, tokens: list[int], cache: DecoderCache | None) -> np.ndarray:
+        """Every layer on `tokens` through `_layer`, one call per layer on new arrays and cache
+        views; the last layer's output [1, P, D]."""
         c, dt = self.config, self.dtype
         start, P, H, Dh = cache.n_filled if cache else 0, len(tokens), c.n_kv_heads, c.head_dim
         x = self.embed(tokens)
+        if cache is not None:
+            cache.reserve(P)
         for i in range(c.n_layers):
             if cache is None:
                 past = [runtime.empty((1, H, Dh, 0), dt), runtime.empty((1, H, 0, Dh), dt)]
@@ -307,46 +344,68 @@ class Decoder(Generator):
             x = out
         if cache is not None:
             cache.advance(P)
-        return self._logits(x)
+        return x
 
     def _decode(self, token: int, cache: DecoderCache) -> np.ndarray:
         """One token through every layer's decoder_step on the cache's prepared calls: the
         embedding row and the rotary rows are copied into fixed buffers, and each call's
-        descriptors change only in the cache sizes; the layers and the head run as one
-        CallSequence (no Python between them)."""
+        descriptors change only in the cache sizes (and, for a sliding-window layer, where its
+        window starts); the layers and the head run as one CallSequence (no Python between them)."""
         if cache._calls is None:
             cache._calls = self._prepare_calls(cache)
-        run, x, cos, sin, logits = cache._calls
+        steps = cache._calls
         S = cache.n_filled
-        x[0, 0] = self.embed([token])[0, 0]
-        cos[...], sin[...] = self._cos[S], self._sin[S]
-        run.set_dim("S", S)  # every layer's k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
+        cache.reserve(1)
+        steps.x[0, 0] = self.embed([token])[0, 0]
+        for kind, (cos, sin) in steps.rotary.items():
+            cos[...], sin[...] = self._tables[kind][0][S], self._tables[kind][1][S]
+        run = steps.run
+        if not steps.sliding:  # every layer's k_past, v_past [.., S, ..] and k_next, v_next [.., S+1, ..]
+            run.set_dim("S", S)
+        else:
+            if steps.full:
+                run.set_dim("S", S, calls=steps.full)
+            layer = steps.sliding[0]  # every sliding layer's window starts at the same position and slot
+            first = cache.first(layer)
+            slot = first - cache.held_from(layer)
+            if slot != steps.slot:  # the window moved on: its views start one slot further (or back at 0)
+                for i in steps.sliding:
+                    k, v, W = cache._k[i][..., slot:], cache._v[i][:, :, slot:], cache.windows[i]
+                    for name, view in (("k_past", k[..., :W]), ("out0", k[..., :W]), ("v_past", v[:, :, :W]),
+                                       ("out1", v[:, :, :W])):
+                        run.calls[i].set_data(name, view)
+                steps.slot = slot
+            run.set_dim("S", S - first, calls=steps.sliding)
         run.threads = self._threads()  # each call all threads: the step's ops split between them
         run()  # the layers, then the head, in one entry from here
         cache.advance(1)
-        return logits.out[0, 0].copy()
+        return steps.logits[0, 0].copy()
 
-    def _prepare_calls(self, cache: DecoderCache):
+    def _prepare_calls(self, cache: DecoderCache) -> "_Steps":
         """decoder_step per layer, from its cache buffers (the past) into the same buffers (the
-        next), chained by fixed activations x_0 .. x_L, and the head on x_L. Each is prepared on
-        whole buffers, which bound S to max_seq_len - 1 (k_next holds S+1 positions); `_decode`
-        sets S before every call. The L layers' calls and the head's as one CallSequence."""
+        next), chained by fixed activations x_0 .. x_L, and the head on x_L. A full layer's is
+        prepared on whole buffers, which bound S to max_seq_len - 1 (k_next holds S+1 positions),
+        a sliding layer's on a view of W positions (S up to W - 1) that `_decode` moves along with
+        the window; it sets S before every call. All of them as one CallSequence."""
         c, dt, L = self.config, self.dtype, self.config.n_layers
         R = c.head_dim // 2
         xs = [runtime.empty((1, 1, c.d_model), dt) for _ in range(L + 1)]
-        cos, sin = runtime.empty((1, R), dt), runtime.empty((1, R), dt)
-        env = {"S": self.max_seq_len - 1, "P": 1}
+        rotary = {kind: (runtime.empty((1, R), dt), runtime.empty((1, R), dt)) for kind in self._tables}
         steps = []
         for i in range(L):
             step = self._layer_kernels[i].decoder_step
-            inputs = {"x": xs[i], "cos": cos, "sin": sin, "k_past": cache._k[i], "v_past": cache._v[i]}
-            args = self._arguments(step, inputs, i, {**env, "S": self.max_seq_len})
-            steps.append(step.prepare(args, [cache._k[i], cache._v[i], xs[i + 1]], dims=("S",)))
+            W = cache.windows[i]
+            k, v = (cache._k[i], cache._v[i]) if W is None else (cache._k[i][..., :W], cache._v[i][:, :, :W])
+            cos, sin = rotary[c.kind(i)]
+            inputs = {"x": xs[i], "cos": cos, "sin": sin, "k_past": k, "v_past": v}
+            args = self._arguments(step, inputs, i, {"S": k.shape[3], "P": 1})
+            steps.append(step.prepare(args, [k, v, xs[i + 1]], dims=("S",)))
         out = runtime.empty((1, 1, c.vocab_size), dt)
         head = self._kernels.logits
         logits = head.prepare(self._arguments(head, {"x": xs[L]}, None, {}), [out])
-        logits.out = out
-        return runtime.CallSequence([*steps, logits]), xs[0], cos, sin, logits
+        sliding = tuple(i for i in range(L) if cache.windows[i] is not None)
+        return _Steps(runtime.CallSequence([*steps, logits]), xs[0], rotary, out,
+                      tuple(i for i in range(L) if i not in sliding), sliding)
 
     def _check_cache(self, cache, n_new: int) -> None:
         if not isinstance(cache, DecoderCache) or cache.model is not self:
@@ -380,6 +439,30 @@ class Decoder(Generator):
         if not tokens:
             raise ValueError("tokens: expected at least one token")
         return tokens
+
+
+@dataclass
+class _Steps:
+    """A cache's prepared decode step: the CallSequence (each layer's decoder_step, then the head),
+    its input row `x`, the rotary rows by layer kind, the logits it writes, the layers that keep
+    every position (`full`) and those that keep a window (`sliding`), and where the windows start."""
+
+    run: runtime.CallSequence
+    x: np.ndarray
+    rotary: dict
+    logits: np.ndarray
+    full: tuple[int, ...]
+    sliding: tuple[int, ...]
+    slot: int = 0
+
+
+@functools.lru_cache(maxsize=2)
+def _mask(n_past: int, n_new: int, dtype: np.dtype, window: int | None) -> np.ndarray:
+    """causal_mask, made once for the layers of a call that share it (read-only; the last two kept:
+    a call's full and sliding layers')."""
+    mask = causal_mask(n_past, n_new, dtype, window)
+    mask.flags.writeable = False
+    return mask
 
 
 def dtype_name(a) -> str:

@@ -70,12 +70,17 @@ def shape_str(dims) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
-def causal_mask(n_past: int, n_new: int, dtype=np.float32) -> np.ndarray:
-    """The additive mask [1, 1, n_new, n_past + n_new]: query i sees keys 0 .. n_past + i."""
+def causal_mask(n_past: int, n_new: int, dtype=np.float32, window: int | None = None) -> np.ndarray:
+    """The additive mask [1, 1, n_new, n_past + n_new]: query i sees keys 0 .. n_past + i, and with
+    a sliding `window` only the last `window` of them (key j when j > n_past + i - window, as
+    transformers' sliding-window mask)."""
     n_past, n_new = count("n_past", n_past, 0), count("n_new", n_new, 1)
     cols = np.arange(n_past + n_new)
     rows = np.arange(n_new)[:, None] + n_past
-    return np.where(cols <= rows, 0.0, -np.inf).astype(kina_dtype(dtype))[None, None]
+    seen = cols <= rows
+    if window is not None:
+        seen &= cols > rows - count("window", window, 1)
+    return np.where(seen, 0.0, -np.inf).astype(kina_dtype(dtype))[None, None]
 
 
 # A 16-bit float's bits as an int16: +inf's (larger magnitudes are NaN). NumPy's isnan and argmax

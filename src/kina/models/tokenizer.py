@@ -159,22 +159,54 @@ CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type
 
 
 def from_gguf(meta: dict, where) -> Text:
-    """The tokenizer a GGUF file's `tokenizer.ggml.*` keys describe (the `tokenizers` library's BPE:
-    GPT-2's byte-level form, `model` "gpt2"), with its special ids, `add_bos_token` and chat template.
-    A file without one, or of a kind Kina does not build, is a CheckpointError naming the key."""
+    """The tokenizer a GGUF file's `tokenizer.ggml.*` keys describe, as transformers builds it from
+    the same file (the `tokenizers` library's BPE), with its special ids, `add_bos_token` and chat
+    template: `model` "gpt2" (GPT-2's byte-level BPE, with the split `pre` names) or "llama"
+    (SentencePiece) of an architecture in SENTENCEPIECE. A file without one, or of a kind Kina does
+    not build, is a CheckpointError naming the key."""
     model = meta.get("tokenizer.ggml.model")
     tokens = meta.get("tokenizer.ggml.tokens")
     if model is None or tokens is None:
         raise CheckpointError(f"{where}: the file has no tokenizer (no 'tokenizer.ggml.model' or "
                               "'tokenizer.ggml.tokens'): pass the prompt as token ids")
-    if model != "gpt2":
+    arch = meta.get("general.architecture")
+    if model == "llama" and arch not in SENTENCEPIECE:
+        raise CheckpointError(f"{where}: field 'tokenizer.ggml.model' = {model!r}: Kina builds SentencePiece "
+                              f"('llama') tokenizers for {', '.join(SENTENCEPIECE)} files, not {arch!r} ones")
+    if model not in ("gpt2", "llama"):
         raise CheckpointError(f"{where}: field 'tokenizer.ggml.model' = {model!r}: Kina builds 'gpt2' "
-                              "(byte-level BPE) tokenizers from GGUF files")
+                              "(byte-level BPE) and 'llama' (SentencePiece) tokenizers from GGUF files")
     try:
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+        import tokenizers  # noqa: F401
     except ImportError:
         raise CheckpointError("reading a tokenizer needs the tokenizers package (pip install tokenizers)") from None
     types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    if model == "gpt2":
+        tokenizer, tokens = _byte_level(meta, tokens, types, where), list(tokens)
+    else:
+        tokenizer, tokens = _sentencepiece(meta, tokens, types)
+
+    def special(key):
+        i = meta.get(f"tokenizer.ggml.{key}")
+        return int(i) if isinstance(i, (int, np.integer)) and 0 <= i < len(tokens) else None
+
+    bos, eos, eot = special("bos_token_id"), special("eos_token_id"), special("eot_token_id")
+    eos_ids = tuple(dict.fromkeys(i for i in (eos, eot) if i is not None))
+    template = meta.get("tokenizer.chat_template")
+    # llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise (transformers too)
+    add_bos = meta.get("tokenizer.ggml.add_bos_token", model == "llama")
+    if add_bos and bos is not None:  # as transformers: BOS first whatever the text starts with
+        from tokenizers import processors
+        tokenizer.post_processor = processors.TemplateProcessing(single=[tokens[bos], "$A"],
+                                                                 special_tokens=[(tokens[bos], bos)])
+    return Text(tokenizer, bos, eos_ids, bool(add_bos), template if isinstance(template, str) else None,
+                bos_token=tokens[bos] if bos is not None else None, eos_token=tokens[eos] if eos is not None else None,
+                special={i: t for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL})
+
+
+def _byte_level(meta: dict, tokens, types: list, where):
+    """GPT-2's byte-level BPE of the file's tokens and merges, split as its `pre` says."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     if any(len(m) != 2 for m in merges):
         raise CheckpointError(f"{where}: field 'tokenizer.ggml.merges': a merge is not two tokens")
@@ -194,15 +226,36 @@ def from_gguf(meta: dict, where) -> Text:
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True)
                                   for t, k in zip(tokens, types) if k == CONTROL])
     tokenizer.add_tokens([AddedToken(t, normalized=False) for t, k in zip(tokens, types) if k == USER_DEFINED])
+    return tokenizer
 
-    def special(key):
-        i = meta.get(f"tokenizer.ggml.{key}")
-        return int(i) if isinstance(i, (int, np.integer)) and 0 <= i < len(tokens) else None
 
-    bos, eos, eot = special("bos_token_id"), special("eos_token_id"), special("eot_token_id")
-    eos_ids = tuple(dict.fromkeys(i for i in (eos, eot) if i is not None))
-    template = meta.get("tokenizer.chat_template")
-    return Text(tokenizer, bos, eos_ids, bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-                template if isinstance(template, str) else None,
-                bos_token=tokens[bos] if bos is not None else None, eos_token=tokens[eos] if eos is not None else None,
-                special={i: t for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL})
+# The GGUF architectures whose SentencePiece vocabulary Kina builds: Gemma's, as transformers
+# builds it from the file (`GemmaTokenizer`), since the file holds pieces and scores but no merges.
+SENTENCEPIECE = ("gemma", "gemma2", "gemma3")
+
+
+def _sentencepiece(meta: dict, tokens, types: list):
+    """(tokenizer, tokens) of a Gemma file's SentencePiece vocabulary, as a BPE over its pieces:
+      - spaces are "▁" (U+2581) in the text and in the pieces; a piece of spaces alone, which the
+        file stores as spaces ("  "), is spelled with "▁" too (the tokens returned keep that spelling);
+      - the merges are every split of a piece into two pieces, ranked by the piece's place in the
+        file (Gemma's scores do not follow its merge order; the order of its pieces does), the
+        longer left part first;
+      - a character with no piece falls back to its UTF-8 bytes (the <0x..> pieces);
+      - control pieces (<bos>, <start_of_turn>, ...) are special tokens, matched whole, and so are
+        user-defined ones ("\\n", "[multimodal]"), as plain added tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+    spelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    rank = {t: i for i, t in enumerate(spelled)}
+    merges = [(t[:cut], t[cut:]) for t in spelled for cut in range(len(t) - 1, 0, -1)
+              if t[:cut] in rank and t[cut:] in rank]
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = spelled[int(unk)] if isinstance(unk, (int, np.integer)) and 0 <= unk < len(spelled) else None
+    tokenizer = Tokenizer(models.BPE(rank, merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                                  for t, k in zip(spelled, types) if k == CONTROL])
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t, k, given in zip(spelled, types, tokens)
+                          if k == USER_DEFINED and t == given])
+    return tokenizer, spelled

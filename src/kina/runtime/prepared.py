@@ -297,7 +297,7 @@ class CallSequence:
         module = calls[0]._fn._module
         self._modules = list({id(c._fn._module): c._fn._module for c in calls}.values())
         self.calls, self._module, self.threads = calls, module, check_threads("CallSequence", threads)
-        self._dims: dict = {}  # dim -> (the largest value every call takes, each call's size words): set_dim
+        self._dims: dict = {}  # (dim, calls) -> (the largest value they all take, their size words): set_dim
         n = len(calls)
         self._native = (all(c._fn._packed is not None for c in calls)
                         and module._run_sequence is not None)
@@ -312,18 +312,22 @@ class CallSequence:
             self._ws = (ctypes.c_void_p * n)(*[self._workspace.descriptor] * n)
             self._zero = (ctypes.c_int64 * n)(*[c._fn._counter_bytes or 0 for c in calls])
 
-    def set_dim(self, dim: str, n: int) -> None:
+    def set_dim(self, dim: str, n: int, calls: tuple[int, ...] | None = None) -> None:
         """`set_dim(dim, n)` on every call prepared with `dim` (`prepare(dims=...)`), in one
         pass over their size words (a decode step's 30 layers: 120 stores, not 30 method
-        calls); `n` must be in every such call's `dim_range`."""
-        found = self._dims.get(dim)
+        calls); `n` must be in every such call's `dim_range`. `calls` (indices into the
+        sequence) sets only those: a dim that is not one value across the sequence (a
+        sliding-window layer's cache length beside a full layer's)."""
+        found = self._dims.get((dim, calls))
         if found is None:
-            calls = [c for c in self.calls if dim in c._dim_words]
-            if not calls:
-                raise ValueError(f"CallSequence: set_dim: no call was prepared with dims=({dim!r},)")
-            found = self._dims[dim] = (min(c._dim_words[dim][0] for c in calls),
-                                       tuple((c._raw, word, const, coeff) for c in calls
-                                             for word, const, coeff in c._dim_words[dim][1]))
+            chosen = self.calls if calls is None else [self.calls[i] for i in calls]
+            chosen = [c for c in chosen if dim in c._dim_words]
+            if not chosen:
+                raise ValueError(f"CallSequence: set_dim: no call{'' if calls is None else ' of ' + str(calls)} "
+                                 f"was prepared with dims=({dim!r},)")
+            found = self._dims[dim, calls] = (min(c._dim_words[dim][0] for c in chosen),
+                                              tuple((c._raw, word, const, coeff) for c in chosen
+                                                    for word, const, coeff in c._dim_words[dim][1]))
         largest, words = found
         _check_dim_value("CallSequence: set_dim", dim, n, largest, "the buffers of every call prepared with it hold")
         for raw, word, const, coeff in words:

@@ -172,6 +172,19 @@ def quantized(values: np.ndarray, dtype: str) -> QuantizedArray:
     return QuantizedArray(dtype, values.shape, np.ascontiguousarray(data, np.uint8))
 
 
+def random_blocks(dtype: str, shape, rng: np.random.Generator) -> QuantizedArray:
+    """A QuantizedArray of `dtype` and logical `shape` of seeded random blocks: random bytes,
+    each F16 field (scale or min) a finite value of either sign between 2^-9 and 2^-6, so that
+    the values are of the order of 1 for every format."""
+    fmt = dtypes.by_name(dtype)
+    *batch, K, N = (int(n) for n in shape)
+    data = rng.integers(0, 256, (*batch, N, K // fmt.block, fmt.size), dtype=np.uint8)
+    for offset in fmt.f16_fields:
+        scale = rng.uniform(2.0 ** -9, 2.0 ** -6, data.shape[:-1]) * rng.choice([-1.0, 1.0], data.shape[:-1])
+        data[..., offset:offset + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
+    return QuantizedArray(dtype, shape, data.reshape(*batch, N, K // fmt.block * fmt.size))
+
+
 def storage(a: QuantizedArray, layout: str | None) -> np.ndarray:
     """`a`'s bytes as a function whose parameter takes `layout` wants them: GGUF's rows (None),
     or "tiled16", [..., N / 16, row bytes * 16] (`tiled`, made once)."""

@@ -90,7 +90,7 @@ def _scales_finite(q: QuantizedArray, where: str) -> None:
     """Refuse a block whose scale (an F16 field) is NaN or infinite, naming the tensor and the block."""
     fmt = q.format
     blocks = q.data.reshape(-1, fmt.size)
-    for offset in fmt_scales(fmt.name):
+    for offset in fmt.f16_fields:
         d = blocks[:, offset:offset + 2].copy().view(np.float16)[:, 0]
         bad = ~np.isfinite(d)
         if bad.any():
@@ -99,11 +99,6 @@ def _scales_finite(q: QuantizedArray, where: str) -> None:
             raise CheckpointError(f"{where} ({fmt.name}) has {int(bad.sum())} blocks with a NaN or infinite scale, "
                                   f"the first block {first % per_row} of row {first // per_row}; pass "
                                   "allow_nonfinite=True (kina generate --allow-nonfinite) to load it anyway")
-
-
-def fmt_scales(name: str) -> tuple[int, ...]:
-    """The byte offsets of a block format's F16 fields (its scales and mins)."""
-    return {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q4_K": (0, 2), "Q6_K": (208,)}[name]
 
 
 def load(path: str | os.PathLike, dtype=None, max_seq_len: int | None = None, allow_nonfinite: bool = False,

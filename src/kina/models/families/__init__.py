@@ -36,7 +36,7 @@ from typing import Callable
 from ..config import DecoderConfig
 
 # name -> module under this package; a new family is one line here
-_MODULES = {"llama": "llama"}
+_MODULES = {"llama": "llama", "gemma3": "gemma3"}
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ class Family:
     dims: Callable[[DecoderConfig], dict[str, int]]
     constants: Callable
     transform: Callable = _no_transform
-    sliding: bool = False  # its kernel attends within a sliding window (DecoderConfig.layer_kinds)
+    # its configs' sliding windows may be shorter than the positions asked for: the decoder windows
+    # each "sliding" layer (DecoderConfig.layer_kinds); False: a folder with such a window is refused
+    sliding: bool = False
 
     @staticmethod
     def sizes(config: DecoderConfig) -> dict[str, int]:
