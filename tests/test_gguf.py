@@ -147,6 +147,7 @@ def header_bytes(kv: list, tensors: list = (), version: int = 3, magic: bytes = 
 
 
 ARCH = ("general.architecture", 8, struct.pack("<Q", 5) + b"llama")
+STRINGS = lambda *raw: struct.pack("<IQ", 8, len(raw)) + b"".join(struct.pack("<Q", len(r)) + r for r in raw)  # noqa: E731
 
 
 @pytest.mark.parametrize("data, words", [
@@ -160,6 +161,9 @@ ARCH = ("general.architecture", 8, struct.pack("<Q", 5) + b"llama")
     (header_bytes([ARCH], [("t", [40, 2], 8, 0)]), "its inner dim 40 is not a multiple of the 32-element block"),
     (header_bytes([ARCH], [("t", [32, 2], 0, 4)]), "starts at offset 4, not a multiple of the alignment 32"),
     (header_bytes([ARCH], [("t", [32, 2], 0, 0)]), "is truncated: tensor 't' (F32, 256 bytes at offset 0) ends past"),
+    (header_bytes([("v", 9, STRINGS(b"a", b"\xff"))]), "metadata 'v'[1] is not UTF-8 text"),  # (a vocabulary's fast loop)
+    (header_bytes([("v", 9, STRINGS(b"a", b"b")[:-9] + struct.pack("<Q", 1 << 20) + b"b")]),
+     "is truncated: metadata 'v'[1] at byte 66 needs 1048576 bytes"),
     (header_bytes([("general.architecture", 8, struct.pack("<Q", 5) + b"mamba")]),
      "field 'general.architecture' = \"mamba\": unsupported architecture: Kina runs llama"),
     (header_bytes([ARCH]), "field 'llama.embedding_length' is missing"),

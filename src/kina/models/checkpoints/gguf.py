@@ -49,12 +49,32 @@ def is_gguf(path: Path) -> bool:
         return False
 
 
+def _header(path) -> files.GGUFFile:
+    """The file's header (files.read_gguf), read once for the describe, the tokenizer and the load
+    that `kina generate` asks for in turn (a vocabulary is 100k strings): the last one read is kept,
+    and used again while the file's size, time and inode are the same."""
+    global _last
+    try:
+        st = os.stat(path)
+        stamp = (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    except OSError:
+        stamp = None  # read_gguf says what is wrong
+    if stamp is None or _last is None or _last[0] != stamp:
+        try:
+            header = files.read_gguf(path, "", BLOCK_SIZES)
+        except files.FileError as e:
+            raise CheckpointError(str(e)) from None
+        _last = (stamp, header) if stamp is not None else None
+        return header
+    return _last[1]
+
+
+_last: tuple | None = None
+
+
 def read(path: str | os.PathLike):
     """(header, family, DecoderConfig) of a GGUF file; nothing of its tensors is read."""
-    try:
-        header = files.read_gguf(path, "", BLOCK_SIZES)
-    except files.FileError as e:
-        raise CheckpointError(str(e)) from None
+    header = _header(path)
     f = Fields(header.metadata, path)
     arch = f.text("general.architecture", required=True)
     family = families.by_gguf_architecture(arch)
@@ -105,10 +125,7 @@ def _rope_from_factors(header, config, path):
 
 def load_text(path: str | os.PathLike):
     """The file's tokenizer, or None when it has none."""
-    try:
-        header = files.read_gguf(path, "", BLOCK_SIZES)
-    except files.FileError as e:
-        raise CheckpointError(str(e)) from None
+    header = _header(path)
     if "tokenizer.ggml.tokens" not in header.metadata:
         return None
     from ..tokenizer import from_gguf
