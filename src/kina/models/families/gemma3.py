@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ROPE_TYPES, DecoderConfig, Rope
-from . import Family, Tensor
+from . import Family, Tensor, gguf_keys
 from .llama import constants, dims  # the kernel's sizes, eps and scale: named as the Llama kernel's
 
 ARCHITECTURES = {"Gemma3ForCausalLM": "gemma3_text"}
@@ -158,34 +158,17 @@ def config_from_gguf(f, arch: str) -> DecoderConfig:
     for name in ("attn_logit_softcapping", "final_logit_softcapping"):
         if f.has(name):
             f.refuse(name, "logit soft-capping is not supported (Gemma 3 has none; Gemma 2 did)")
-    d = f.integer("embedding_length", required=True)
+    d, heads, kv_heads, head_dim = gguf_keys.attention(f)
     n_layers = f.integer("block_count", required=True)
-    heads = f.integer("attention.head_count", required=True)
-    kv_heads = f.integer("attention.head_count_kv") or heads
-    if heads % kv_heads:
-        f.refuse("attention.head_count_kv", f"attention.head_count = {heads} is not a multiple of it")
-    head_dim = f.integer("attention.key_length") or d // heads
-    if f.integer("attention.value_length", head_dim) != head_dim:
-        f.refuse("attention.value_length", f"expected the key length, {head_dim}")
-    if f.integer("rope.dimension_count", head_dim) != head_dim:
-        f.refuse("rope.dimension_count", f"partial rotary embedding is not supported (head width {head_dim})")
-    scaling = f.text("rope.scaling.type", "none")
-    if scaling not in ("none", "linear"):
-        f.refuse("rope.scaling.type", "only none and linear are supported")
-    rope = Rope.of(f.number("rope.freq_base", required=True),
-                   {"rope_type": "linear", "factor": f.number("rope.scaling.factor", required=True)}
-                   if scaling == "linear" else None)
+    rope = gguf_keys.rope(f, None)
     rope_local = Rope(f.number("rope.freq_base_swa", LOCAL_THETA))
     window = f.integer("attention.sliding_window")
     kinds = _gguf_kinds(f, n_layers) if window else ()
     # llama.cpp's attention scale: the file's, else 1/sqrt(head_dim), but for its 27B (62 layers)
     # 1/sqrt(width / heads) (query_pre_attn_scalar, which a GGUF file does not hold)
     scale = f.number("attention.scale") or (1 / math.sqrt(d / heads) if n_layers == 62 else 1 / math.sqrt(head_dim))
-    vocab = f.integer("vocab_size") or len(f.values.get("tokenizer.ggml.tokens") or ()) or None
-    if vocab is None:
-        f.refuse("vocab_size", "missing, and the file has no tokenizer.ggml.tokens to count")
     return DecoderConfig(
-        vocab_size=vocab, d_model=d, n_layers=n_layers, n_heads=heads,
+        vocab_size=gguf_keys.vocab_size(f), d_model=d, n_layers=n_layers, n_heads=heads,
         ffn_dim=f.integer("feed_forward_length", required=True), n_kv_heads=kv_heads, head_dim=head_dim,
         context_length=f.integer("context_length", 131072), norm_eps=f.number("attention.layer_norm_rms_epsilon", 1e-6),
         rope=rope, rope_local=rope_local, tie_embeddings=True, family="gemma3",

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ROPE_TYPES, DecoderConfig, Rope
-from . import Family, Tensor
+from . import Family, Tensor, gguf_keys
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 
@@ -115,29 +115,12 @@ def hf_rope(f) -> Rope:
 
 def config_from_gguf(f, arch: str) -> DecoderConfig:
     """The `llama.*` keys of a GGUF file (`Fields` with the prefix "llama.")."""
-    d = f.integer("embedding_length", required=True)
-    heads = f.integer("attention.head_count", required=True)
-    kv_heads = f.integer("attention.head_count_kv") or heads
-    if heads % kv_heads:
-        f.refuse("attention.head_count_kv", f"attention.head_count = {heads} is not a multiple of it")
-    head_dim = f.integer("attention.key_length") or d // heads
-    if f.integer("attention.value_length", head_dim) != head_dim:
-        f.refuse("attention.value_length", f"expected the key length, {head_dim}")
-    if f.integer("rope.dimension_count", head_dim) != head_dim:
-        f.refuse("rope.dimension_count", f"partial rotary embedding is not supported (head width {head_dim})")
-    scaling = f.text("rope.scaling.type", "none")
-    if scaling not in ("none", "linear"):
-        f.refuse("rope.scaling.type", "only none and linear are supported")
-    theta = f.number("rope.freq_base", 10000.0)
-    rope = Rope.of(theta, {"rope_type": "linear", "factor": f.number("rope.scaling.factor", required=True)}
-                   if scaling == "linear" else None)
+    d, heads, kv_heads, head_dim = gguf_keys.attention(f)
+    rope = gguf_keys.rope(f, 10000.0)
     if f.integer("expert_count", 0, minimum=0):
         f.refuse("expert_count", "mixtures of experts are not supported")
-    vocab = f.integer("vocab_size") or len(f.values.get("tokenizer.ggml.tokens") or ()) or None
-    if vocab is None:
-        f.refuse("vocab_size", "missing, and the file has no tokenizer.ggml.tokens to count")
     return DecoderConfig(
-        vocab_size=vocab, d_model=d, n_layers=f.integer("block_count", required=True),
+        vocab_size=gguf_keys.vocab_size(f), d_model=d, n_layers=f.integer("block_count", required=True),
         n_heads=heads, ffn_dim=f.integer("feed_forward_length", required=True), n_kv_heads=kv_heads,
         head_dim=head_dim, context_length=f.integer("context_length", 4096),
         norm_eps=f.number("attention.layer_norm_rms_epsilon", 1e-5), rope=rope, qkv_bias=False, o_bias=False,
