@@ -125,3 +125,13 @@ def test_a_pass_only_for_a_type_the_program_does_not_use_is_not_run(monkeypatch)
     ran.clear()
     pipeline.run_stages(SOURCE.replace("F32", "BF16"), "parts.kina", "to-llvm")
     assert "emulate-bf16" in ran
+
+
+@pytest.mark.parametrize("level, want", [(3, {("opt", "-O2"), ("llc", "-O1")}), (1, {("opt", "-O1"), ("llc", "-O1")})])
+def test_parts_are_compiled_at_the_cheaper_llvm_levels(always_split, monkeypatch, level, want):
+    seen = []
+    real = toolchain.Chains
+    monkeypatch.setattr(toolchain, "Chains", lambda chains, *a: (seen.extend(chains), real(chains, *a))[1])
+    b = pipeline.run_stages(SOURCE, "parts.kina", "so", pipeline.Options(opt_level=level))
+    assert seen and {(tool, args[0]) for chain in seen for tool, args in chain} == want
+    pipeline.remove_temporary(b.workdir)

@@ -14,6 +14,8 @@ passes; each gets its input when its stage comes, and is killed if the build end
 before. A large module (a model's kernel) is cut into a few modules by function
 (`llvm_parts`) whose `opt` and `llc` run at once, up to one per core (KINA_BUILD_JOBS),
 each part's `llc` as soon as its `opt` is done; the objects are linked into one (`cc -r`).
+Parts are compiled at cheaper LLVM levels (`PARTS_OPT_LEVEL`, `PARTS_LLC_LEVEL`): -O3
+cost a model's kernel seconds and bought it nothing measured.
 
 In:  Kina source text and `Options`.
 Out: the output of the requested stage; for `so`, a built .so with its sidecar
@@ -212,12 +214,18 @@ def _pass_stage(p: Pass) -> Callable[[Build], None]:
     return stage
 
 
-def _opt_args(b: Build) -> list[str]:
-    return [f"-O{b.options.opt_level}", f"-mtriple={toolchain.host()[0]}", *b.target_args, "-S"]
+# The LLVM levels of a module in parts (a model's kernel): opt at most -O2, llc at most -O1.
+# On SmolLM2-135M Q4_1 they took 7.6 s less CPU than -O3 twice (of 15.2), for the same bits
+# and the same decode and prefill speed (docs/log/2026-12-05-cold-build.md).
+PARTS_OPT_LEVEL, PARTS_LLC_LEVEL = 2, 1
 
 
-def _llc_args(b: Build) -> list[str]:
-    return [f"-O{b.options.opt_level}", f"-mtriple={toolchain.host()[0]}", *b.target_args,
+def _opt_args(b: Build, cap: int = 3) -> list[str]:
+    return [f"-O{min(b.options.opt_level, cap)}", f"-mtriple={toolchain.host()[0]}", *b.target_args, "-S"]
+
+
+def _llc_args(b: Build, cap: int = 3) -> list[str]:
+    return [f"-O{min(b.options.opt_level, cap)}", f"-mtriple={toolchain.host()[0]}", *b.target_args,
             "-relocation-model=pic", "-filetype=obj"]
 
 
@@ -253,9 +261,9 @@ def _stage_llvm(b: Build) -> None:
         raw_i, opt_i, obj_i = (b.workdir / f"{name}.part{i}.{ext}" for name, ext in
                                (("raw", "ll"), ("opt", "ll"), ("out", "o")))
         raw_i.write_bytes(part)
-        chain = [("opt", [*_opt_args(b), str(raw_i), "-o", str(opt_i)])]
+        chain = [("opt", [*_opt_args(b, PARTS_OPT_LEVEL), str(raw_i), "-o", str(opt_i)])]
         if STAGE_NAMES.index(b.until) >= STAGE_NAMES.index("obj"):
-            chain.append(("llc", [*_llc_args(b), str(opt_i), "-o", str(obj_i)]))
+            chain.append(("llc", [*_llc_args(b, PARTS_LLC_LEVEL), str(opt_i), "-o", str(obj_i)]))
         chains.append(chain)
         errs.append(b.workdir / f"err.part{i}.txt")
     jobs = knobs.get("KINA_BUILD_JOBS") or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
