@@ -135,3 +135,14 @@ def test_parts_are_compiled_at_the_cheaper_llvm_levels(always_split, monkeypatch
     b = pipeline.run_stages(SOURCE, "parts.kina", "so", pipeline.Options(opt_level=level))
     assert seen and {(tool, args[0]) for chain in seen for tool, args in chain} == want
     pipeline.remove_temporary(b.workdir)
+
+
+def test_a_threaded_model_kernel_keeps_no_plain_copy_of_its_functions(monkeypatch):
+    """A model large enough to run on threads builds its kernel with threads{copy=false} (half
+    the code to compile); a small one splits no symbolic op, so it has no threaded entry to call."""
+    import kina
+    from kina.models import decoder
+    monkeypatch.setattr(kina, "compile_file", lambda kernel, options, **kw: options.pass_options)
+    build = decoder._program.__wrapped__
+    assert build(Path("k.kina"), (), (), fma=True, threaded=True).split(",")[-1] == "threads{copy=false}"
+    assert build(Path("k.kina"), (), (), threaded=False) == "threads{symbolic=false}"
