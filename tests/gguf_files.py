@@ -91,11 +91,13 @@ def pack(rows: np.ndarray, qtype: str) -> np.ndarray:
 
 
 def write(path, tensors: dict, config: dict, matrix_type: str = "F32", embed_type: str | None = None,
-          vocab=None, chat_template: str | None = None, types: dict | None = None) -> None:
+          vocab=None, chat_template: str | None = None, types: dict | None = None,
+          tokenizer_model: str = "gpt2") -> None:
     """A llama GGUF file of Hugging Face `tensors` (name -> array) and `config` (config.json's
     fields): q and k permuted, matrices in `matrix_type` (F32, F16, BF16 or a block format), the
     embedding in `embed_type` (default the matrices'), 1-D tensors in F32; `types` overrides a
-    tensor's type by its GGUF name. `vocab`: (tokens, merges, token_types) of a byte-level BPE."""
+    tensor's type by its GGUF name. `vocab`: (tokens, merges, token_types) of a byte-level BPE,
+    declared as `tokenizer_model`."""
     H, Hk, D = config["num_attention_heads"], config["num_key_value_heads"], config["hidden_size"]
     Dh = config.get("head_dim") or D // H
     w = gguf.GGUFWriter(str(path), arch="llama")
@@ -114,7 +116,7 @@ def write(path, tensors: dict, config: dict, matrix_type: str = "F32", embed_typ
     w.add_vocab_size(config["vocab_size"])
     if vocab is not None:
         tokens, merges, token_types = vocab
-        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_model(tokenizer_model)
         w.add_tokenizer_pre("default")
         w.add_token_list(tokens)
         w.add_token_types(token_types)

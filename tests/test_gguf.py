@@ -25,6 +25,7 @@ pytest.importorskip("accelerate")
 import gguf_files  # noqa: E402
 from kina.models import checkpoints  # noqa: E402
 from kina.models.checkpoints import CheckpointError  # noqa: E402
+from kina.models.checkpoints import gguf as gguf_checkpoints  # noqa: E402
 
 PROMPT = [5, 17, 2, 88, 41, 9, 250, 3]
 N_NEW = 32
@@ -146,6 +147,7 @@ def header_bytes(kv: list, tensors: list = (), version: int = 3, magic: bytes = 
 
 
 ARCH = ("general.architecture", 8, struct.pack("<Q", 5) + b"llama")
+STRINGS = lambda *raw: struct.pack("<IQ", 8, len(raw)) + b"".join(struct.pack("<Q", len(r)) + r for r in raw)  # noqa: E731
 
 
 @pytest.mark.parametrize("data, words", [
@@ -159,6 +161,9 @@ ARCH = ("general.architecture", 8, struct.pack("<Q", 5) + b"llama")
     (header_bytes([ARCH], [("t", [40, 2], 8, 0)]), "its inner dim 40 is not a multiple of the 32-element block"),
     (header_bytes([ARCH], [("t", [32, 2], 0, 4)]), "starts at offset 4, not a multiple of the alignment 32"),
     (header_bytes([ARCH], [("t", [32, 2], 0, 0)]), "is truncated: tensor 't' (F32, 256 bytes at offset 0) ends past"),
+    (header_bytes([("v", 9, STRINGS(b"a", b"\xff"))]), "metadata 'v'[1] is not UTF-8 text"),  # (a vocabulary's fast loop)
+    (header_bytes([("v", 9, STRINGS(b"a", b"b")[:-9] + struct.pack("<Q", 1 << 20) + b"b")]),
+     "is truncated: metadata 'v'[1] at byte 66 needs 1048576 bytes"),
     (header_bytes([("general.architecture", 8, struct.pack("<Q", 5) + b"mamba")]),
      "field 'general.architecture' = \"mamba\": unsupported architecture: Kina runs llama"),
     (header_bytes([ARCH]), "field 'llama.embedding_length' is missing"),
@@ -246,3 +251,70 @@ def test_the_real_smollm2_file_answers_as_transformers_does(smollm2_text):
 def test_no_tokenizer_given_a_text_prompt(tmp_path, hf_model):
     path = write(tmp_path, hf_model, "F32")
     assert checkpoints.load_text(path) is None
+
+
+def test_a_tokenizer_kina_does_not_build_leaves_token_ids(tmp_path, hf_model):
+    """A llama file with a SentencePiece vocabulary (Kina builds those for Gemma files only) runs
+    from token ids; a text prompt is refused naming the key and saying what to pass instead."""
+    from kina.apps import Pretrained
+    tokens = [f"t{i}" for i in range(CONFIG["vocab_size"])]
+    path = write(tmp_path, hf_model, "F32", vocab=(tokens, [], [1] * len(tokens)), tokenizer_model="llama")
+    with pytest.raises(CheckpointError, match="tokenizer.ggml.model"):
+        checkpoints.load_text(path)
+    m = Pretrained(path, max_seq_len=32)
+    with pytest.raises(CheckpointError, match=r"'tokenizer.ggml.model' = 'llama'.*: pass the prompt as token ids$"):
+        m.encode("Hello")
+    assert len(m.generate(PROMPT[:4], max_new_tokens=3).ids) == 3
+
+
+def header_only(path, rope_freqs=None, vocab_size: int | None = 512, tokens: int = 0):
+    """A llama file's keys (head width 64) and perhaps a rope_freqs tensor: enough for read()."""
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_context_length(128)
+    w.add_embedding_length(256)
+    w.add_block_count(1)
+    w.add_feed_forward_length(512)
+    w.add_head_count(4)
+    w.add_rope_freq_base(500000.0)
+    if vocab_size is not None:
+        w.add_vocab_size(vocab_size)
+    if tokens:
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list([f"t{i}" for i in range(tokens)])
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_rope_freqs_are_the_llama3_scaling_they_come_from_or_refused(tmp_path):
+    """llama.cpp writes a Llama 3.1 model's rope scaling as divisors of the frequencies: they load
+    as that llama3 scaling (the frequencies llama.cpp computes from them), all ones as none, and
+    divisors no llama3 scaling gives are refused naming the tensor."""
+    from kina.models.config import Rope
+    default = Rope(500000.0)
+    for factor in (8.0, 32.0):
+        scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192}
+        want = Rope.of(500000.0, scaling)
+        divisors = default.inv_freq(64) / want.inv_freq(64)
+        assert not np.allclose(divisors, 1)
+        _, _, config = gguf_checkpoints.read(header_only(tmp_path / f"l3-{factor}.gguf", divisors))
+        assert config.rope == want
+        assert np.allclose(config.rope.inv_freq(64), default.inv_freq(64) / divisors.astype(np.float32), rtol=1e-6)
+    _, _, config = gguf_checkpoints.read(header_only(tmp_path / "ones.gguf", np.ones(32)))
+    assert config.rope == default
+    for name, divisors, words in [("odd", np.linspace(1, 3, 32), "no llama3 rope scaling"),
+                                  ("short", np.ones(16), "16 values")]:
+        with pytest.raises(CheckpointError, match=f"rope_freqs.weight.*{words}"):
+            gguf_checkpoints.read(header_only(tmp_path / f"{name}.gguf", divisors))
+
+
+def test_vocab_size_from_the_token_list_when_the_key_is_absent(tmp_path):
+    _, _, config = gguf_checkpoints.read(header_only(tmp_path / "t.gguf", vocab_size=None, tokens=300))
+    assert config.vocab_size == 300
+    with pytest.raises(CheckpointError, match="llama.vocab_size.*no tokenizer.ggml.tokens"):
+        gguf_checkpoints.read(header_only(tmp_path / "n.gguf", vocab_size=None))

@@ -2,8 +2,10 @@
 
 The front end (`kina.frontend`) never imports `mlir`, and the runtime (`kina.runtime`)
 imports neither `mlir` nor `lark`: each is imported here, module by module, in a fresh
-interpreter in which those packages cannot be found. And no module of `kina` takes
-part in an import cycle (module-level imports, the ones that run at import time).
+interpreter in which those packages cannot be found. A process whose builds are all
+compile-cache hits (a model loaded by `kina generate`, a program compiled again) imports
+neither either. And no module of `kina` takes part in an import cycle (module-level
+imports, the ones that run at import time).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -147,3 +150,50 @@ def test_the_models_never_import_the_apps():
             if e.startswith("kina.apps")] == []
     proc = import_blocked([m for m in modules("kina.apps") if not m.endswith("__main__")], ("starlette", "uvicorn"))
     assert proc.returncode == 0, proc.stderr
+
+
+CACHE_HIT = """
+import sys
+if BLOCK:  # an import of either fails, where it happens (finding where mlir's tools are is no import)
+    def refuse(event, args):
+        if event == "import" and args[0].split(".")[0] in ("mlir", "lark"):
+            raise ImportError(f"{args[0]} is imported on a cache hit")
+    sys.addaudithook(refuse)
+from kina.apps.cli import main
+from kina.driver.options import Options
+import kina
+code = main(["generate", MODEL, "--prompt-ids", "1,2,3", "-n", "2", "--json"])
+assert code == 0, code
+f = kina.compile_source(SOURCE, "twice.kina", Options(pass_options="matmul-loops{fma=true}")).f
+print("heavy:", sorted(m for m in ("mlir", "lark", "ml_dtypes") if m in sys.modules))  # (ml_dtypes: ~0.6 s, only for BF16)
+"""
+TWICE = "let f = fn(a: tensor<F32, [2], @host>) -> (tensor<F32, [2], @host>) {\n  (a + a)\n}\n"
+
+
+def test_a_cache_hit_imports_neither_mlir_nor_lark(tmp_path):
+    """Once a model's layers and a program are built, a new process that loads the model (`kina
+    generate` on a quantized GGUF file: its pass options, its kernel's parameters, its builds) and
+    compiles the same program takes everything from the compile cache without loading the
+    compiler: an import of `mlir` or `lark` fails there, and neither is loaded at the end (nor
+    `ml_dtypes`, which an F32 model never needs)."""
+    gguf_files = pytest.importorskip("gguf_files")
+    rng = np.random.default_rng(0)
+    D, F, V, L = 64, 128, 256, 2
+    tensors = {"model.embed_tokens.weight": rng.standard_normal((V, D)), "model.norm.weight": 1 + rng.random(D)}
+    for i in range(L):
+        for name, shape in [("self_attn.q_proj", (D, D)), ("self_attn.k_proj", (D // 2, D)),
+                            ("self_attn.v_proj", (D // 2, D)), ("self_attn.o_proj", (D, D)),
+                            ("mlp.gate_proj", (F, D)), ("mlp.up_proj", (F, D)), ("mlp.down_proj", (D, F))]:
+            tensors[f"model.layers.{i}.{name}.weight"] = 0.1 * rng.standard_normal(shape)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            tensors[f"model.layers.{i}.{norm}.weight"] = 1 + 0.1 * rng.random(D)
+    config = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=True)
+    model = tmp_path / "tiny.gguf"
+    gguf_files.write(model, tensors, config, "Q4_1", embed_type="Q8_0")
+    code = f"MODEL = {str(model)!r}\nSOURCE = {TWICE!r}\n" + CACHE_HIT
+    first = subprocess.run([sys.executable, "-c", "BLOCK = False\n" + code], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr  # built, or taken from the cache
+    again = subprocess.run([sys.executable, "-c", "BLOCK = True\n" + code], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().endswith("heavy: []"), again.stdout

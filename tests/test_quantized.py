@@ -20,7 +20,15 @@ gguf = pytest.importorskip("gguf")
 import gguf_files  # noqa: E402
 
 FORMATS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K"]
+NARROW = {"Q4_1": ("F16",), "Q6_K": ("BF16",)}  # narrow activations against two formats
+SUMS = ["Q4_1", "Q4_K", "Q6_K"]  # block-sums: a format with an offset, and the two K formats
 K, N = 256, 80  # K a multiple of every block, N five tiles of 16
+# one function per (activation dtype, format), so that a level is one build for all of them
+MATMULS = "".join(f"""
+let f_{T}_{fmt} = fn(x: tensor<{T}, [B, P, K], @host>, w: tensor<{fmt}, [K, N], @host>) -> (tensor<{T}, [B, P, N], @host>) {{
+  (x @ w)
+}}
+""" for fmt in FORMATS for T in ("F32", *NARROW.get(fmt, ())))
 MATMUL = """
 let f = fn[T, U](x: tensor<T, [B, P, K], @host>, w: tensor<U, [K, N], @host>) -> (tensor<T, [B, P, N], @host>) {
   (x @ w)
@@ -31,6 +39,8 @@ let f = fn[U](x: tensor<F32, [1, K], @host>, w: tensor<U, [K, N], @host>) -> (te
   (x @ w, convert[dtype=F32] w)
 }
 """
+BOTHS = "".join(BOTH.replace("let f = fn[U]", f"let f_{fmt} = fn").replace("tensor<U,", f"tensor<{fmt},")
+                for fmt in FORMATS)
 
 
 def weight(fmt: str, seed: int = 0) -> QuantizedArray:
@@ -41,6 +51,11 @@ def weight(fmt: str, seed: int = 0) -> QuantizedArray:
 def build(src: str, level: int, pass_options: str = "", **dtypes):
     return kina.compile_source(src, "quantized.kina", Options(opt_level=level, pass_options=pass_options),
                                dtypes=dtypes, dims={"K": K, "N": N})
+
+
+@pytest.fixture(scope="module")
+def levels():
+    return build(MATMULS, 0), build(MATMULS, 3)
 
 
 def k_order(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -56,40 +71,52 @@ def bits(a: np.ndarray) -> bytes:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_o0_and_o3_give_the_same_bits(fmt):
-    """One row and a batch of rows, activations F32 (and F16 and BF16 for a 32- and a 256-element
-    format): the fused tiled loops are the reference's dequantize-then-matmul, bit for bit."""
+def test_o0_and_o3_give_the_same_bits(fmt, levels):
+    """One row and a batch of rows, activations F32 (and F16 for a 32-element format, BF16 for a
+    256-element one): the fused tiled loops are the reference's dequantize-then-matmul, bit for bit."""
     w = weight(fmt)
     rng = np.random.default_rng(1)
-    for T in ("F32", "F16", "BF16") if fmt in ("Q4_1", "Q6_K") else ("F32",):  # narrow activations: two formats
+    o0, o3 = levels
+    for T in ("F32", *NARROW.get(fmt, ())):
         dt = kina.runtime.numpy_dtype(T)
-        o0, o3 = build(MATMUL, 0, T=T, U=fmt), build(MATMUL, 3, T=T, U=fmt)
-        assert o3.f.signature.layouts == (("w", "tiled16"),) and o0.f.signature.layouts == ()
+        f0, f3 = getattr(o0, f"f_{T}_{fmt}"), getattr(o3, f"f_{T}_{fmt}")
+        assert f3.signature.layouts == (("w", "tiled16"),) and f0.signature.layouts == ()
         for shape in ((1, 1, K), (2, 5, K)):
             x = rng.standard_normal(shape).astype(dt)
-            assert bits(o0.f(x, w)[0]) == bits(o3.f(x, w)[0]), (fmt, T, shape)
+            assert bits(f0(x, w)[0]) == bits(f3(x, w)[0]), (fmt, T, shape)
+
+
+@pytest.fixture(scope="module")
+def both():
+    return build(BOTHS, 3), kina.interpret(BOTHS, dims={"K": K, "N": N})
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_converted_weight_is_ggufs_dequantization_and_the_matmul_reads_the_same_values(fmt):
+def test_a_converted_weight_is_ggufs_dequantization_and_the_matmul_reads_the_same_values(fmt, both):
     w = weight(fmt, seed=2)
     want = gguf.quants.dequantize(w.data, getattr(gguf.GGMLQuantizationType, fmt)).T  # [K, N]
     x = np.random.default_rng(3).standard_normal((1, K)).astype(np.float32)
-    o3 = build(BOTH, 3, U=fmt)
-    assert o3.f.signature.layouts == ()  # a convert reads it too: GGUF's rows, the fused matmul through them
-    got3 = o3.f(x, w)
+    o3, interpreted = (getattr(m, f"f_{fmt}") for m in both)
+    assert o3.signature.layouts == ()  # a convert reads it too: GGUF's rows, the fused matmul through them
+    got3 = o3(x, w)
     assert bits(got3[1]) == bits(want.astype(np.float32))
     assert bits(got3[0]) == bits(k_order(x, want.astype(np.float32)))  # the fused loops over GGUF's rows
-    ref = kina.interpret(BOTH, dtypes={"U": fmt}, dims={"K": K, "N": N}).f(x, w)
+    ref = interpreted(x, w)
     assert bits(ref[1]) == bits(want.astype(np.float32))
     np.testing.assert_allclose(ref[0], got3[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fmt", ["Q4_1", "Q4_K", "Q6_K"])
-def test_block_sums_stay_within_1e_6_of_float64(fmt):
+@pytest.fixture(scope="module")
+def sums():
+    src = "".join(MATMULS[MATMULS.index(f"let f_F32_{fmt} "):].split("}\n", 1)[0] + "}\n" for fmt in SUMS)
+    return build(src, 3, "quantized-matmul-loops{block-sums=true}")
+
+
+@pytest.mark.parametrize("fmt", SUMS)
+def test_block_sums_stay_within_1e_6_of_float64(fmt, sums):
     w = weight(fmt, seed=4)
     x = np.random.default_rng(5).standard_normal((2, 5, K)).astype(np.float32)
-    got = build(MATMUL, 3, "quantized-matmul-loops{block-sums=true}", T="F32", U=fmt).f(x, w)[0]
+    got = getattr(sums, f"f_F32_{fmt}")(x, w)[0]
     want = x.astype(np.float64) @ w.dequantize().astype(np.float64)
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-6
 

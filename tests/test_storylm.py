@@ -425,7 +425,7 @@ def test_prepared_step_calls_never_write_past_the_cache():
     cache, damaged = guarded_cache(m)
     m.prefill(PROMPT, cache)
     m.step(3, cache)
-    run, x, cos, sin, logits = cache._calls
+    run = cache._calls.run  # each layer's decoder_step, then the head
     for _ in range(3):
         for call in run.calls:  # each layer's, then the head's
             call()
@@ -444,7 +444,8 @@ SCENARIO = """
 from kina.models import StoryLM
 m = StoryLM(vocab_size=96, d_model=64, n_heads=1, n_layers=2, ffn_dim=88, max_seq_len=256)
 c = m.new_cache(); m.prefill(list(range(1, 65)), c); m.step(3, c)
-run, x, cos, sin, logits = c._calls
+run = c._calls.run
+logits = run.calls[-1]
 for _ in range(50):
     run.calls[0]()
     logits()

@@ -212,11 +212,14 @@ def chat_prompt(path: Path, question: str):
     template (rendered as transformers renders one: Jinja, sandboxed, trim_blocks and
     lstrip_blocks, with the generation prompt) and its tokenizer, or for a file with a tokenizer
     but no template (a base model) `question` as plain text for it to continue; None when the
-    file has no tokenizer."""
+    file has no tokenizer, or one Kina does not build."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     from kina.models import checkpoints
-    text = checkpoints.load_text(path)
+    try:
+        text = checkpoints.load_text(path)
+    except checkpoints.CheckpointError:  # a tokenizer Kina does not build: the prompt is ids
+        return None
     if text is None:
         return None
     if not text.chat_template:

@@ -229,7 +229,10 @@ class Pretrained:
         if max_seq_len is not None and max_seq_len > self.context:
             raise ContextError(f"max_seq_len: expected at most the model's context, {self.context}, got {max_seq_len}")
         self.max_seq_len = max_seq_len or self.context
-        self.text = checkpoints.load_text(self.path)
+        try:  # a tokenizer Kina cannot build leaves the model usable with token ids
+            self.text, self._no_text = checkpoints.load_text(self.path), "the model has no tokenizer"
+        except CheckpointError as e:
+            self.text, self._no_text = None, str(e).removeprefix(f"{self.path}: ")
         self.template = self._template(chat_template)
         if weight_dtype is None and self.path.is_file() and DEQUANTIZE_GGUF:
             weight_dtype = np.float32
@@ -262,7 +265,7 @@ class Pretrained:
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.text is None:
-                raise CheckpointError(f"{self.path}: the model has no tokenizer: pass the prompt as token ids")
+                raise CheckpointError(f"{self.path}: {self._no_text}: pass the prompt as token ids")
             return self.text.encode(prompt)
         return self.model._tokens("prompt", prompt)
 
@@ -271,7 +274,7 @@ class Pretrained:
         if self.template is None:
             raise TemplateError(no_template(self.path))
         if self.text is None:
-            raise CheckpointError(f"{self.path}: the model has no tokenizer to encode its chat template with")
+            raise CheckpointError(f"{self.path}: {self._no_text} to encode its chat template with")
         # as transformers' apply_chat_template: no BOS added (a template that wants one writes it)
         return self.text.encode(self.template.render(messages, add_generation_prompt), add_special=False)
 

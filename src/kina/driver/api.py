@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import files
 from .cache import build_so, cache_dir, discard
-from .pipeline import Options
+from .options import Options
 
 
 def specialized(options: Options, dtypes=None, dims=None) -> Options:

@@ -25,13 +25,14 @@ import tempfile
 import warnings
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 from .. import abi, knobs
 from ..frontend import uses
 from ..version import __version__
 from . import interrupts, toolchain
-from . import pipeline
-from .pipeline import Options, remove_temporary, target_cores
+from .interrupts import remove_temporary
+from .options import Options, target_cores
 
 
 class CacheWarning(UserWarning):
@@ -76,6 +77,51 @@ def cache_key(source: str | bytes, filename: str, options: Options) -> str:
     return hashlib.sha256(meta.encode() + b"\0" + data).hexdigest()[:32]
 
 
+def remembered(kind: str, key: str, compute: Callable[[], Any]) -> Any:
+    """`compute()` (a JSON value, a fact about kinac's input that only its code decides: pass
+    options it takes, a kernel file's declared parameters), remembered for this compiler
+    (`compiler_digest`): in this process, and in the cache folder (`.facts/KIND/HASH.json`), so
+    that a later process finds it without loading what computing it needs (lark, mlir). What
+    `compute` raises is raised and nothing is remembered; a fact file that cannot be read or
+    written is as if absent (KINA_NO_CACHE=1: none is read or written)."""
+    if (kind, key) in _facts:
+        return _facts[kind, key]
+    path = None
+    if not knobs.get("KINA_NO_CACHE"):
+        digest = hashlib.sha256(f"{compiler_digest()}\0{kind}\0{key}".encode()).hexdigest()[:32]
+        path = cache_dir() / ".facts" / kind / f"{digest}.json"
+        try:
+            fact = json.loads(path.read_bytes())
+            if isinstance(fact, dict) and fact.get("kind") == kind and fact.get("key") == key and "value" in fact:
+                _facts[kind, key] = fact["value"]
+                return fact["value"]
+        except (OSError, ValueError):
+            pass
+    value = compute()
+    _facts[kind, key] = value
+    if path is not None:
+        _write_fact(path, {"kind": kind, "key": key, "value": value})
+    return value
+
+
+def _write_fact(path: Path, fact: dict) -> None:
+    """Write `fact` to `path` whole (a temp file, then a rename), or not at all."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(fact, f)
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+
+
+_facts: dict[tuple[str, str], Any] = {}
+
+
 def entry_ok(so: Path, filename: str) -> bool:
     """Whether the cache entry of `so` is whole: its sidecar parses, is a sidecar of
     this kinac for `filename`, and gives the size and sha256 of the .so's bytes."""
@@ -104,6 +150,7 @@ def build_so(source: str | bytes, filename: str = "<string>", options: Options |
         so = entry / f"{Path(filename).stem or 'module'}.so"
         if entry_ok(so, filename):
             return so
+    from . import pipeline  # a miss: the compiler (lark, mlir) is loaded now, not for a hit
     b = pipeline.run_stages(source, filename, "so", options, dump_dir=dump_dir)  # through the module: tests count builds
     if not use_cache:
         return b.so_path

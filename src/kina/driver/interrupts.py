@@ -114,6 +114,13 @@ def untrack(path) -> None:
     _temporaries.discard(os.fspath(path))
 
 
+def remove_temporary(path) -> None:
+    """Remove a work or temp folder, which an interrupt then no longer needs to."""
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+    untrack(path)
+
+
 def track_process(proc) -> None:
     """Kill `proc` (a subprocess.Popen) if the process is interrupted."""
     if _mode is not None:

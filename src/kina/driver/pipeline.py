@@ -38,7 +38,7 @@ import os
 import shlex
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
@@ -49,36 +49,10 @@ from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..errors import InternalError, ToolError
 from ..runtime import cpu
-from ..ir.passes import PASSES, Pass, PassError, PipelineError, selected, source_loc, uses_type
+from ..ir.passes import PASSES, Pass, PassError, selected, source_loc, uses_type
 from . import interrupts, llvm_parts, toolchain, translate
-
-@dataclass(frozen=True)
-class Options:
-    # 0: none of the optimisation passes, and LLVM at -O0; the default is KINA_OPT_LEVEL's, else 3
-    opt_level: int = field(default_factory=lambda: knobs.get("KINA_OPT_LEVEL"))
-    cpu: str = "native"  # "native" (this machine's CPU) or an x86-64 level: "x86-64", "x86-64-v2", -v3, -v4
-    print_ir_after_all: bool = False
-    locations: bool = False  # print loc(...) in emitted MLIR
-    dtypes: tuple[tuple[str, str], ...] = ()  # type parameters fixed at compile time: (("T", "F16"),)
-    dims: tuple[tuple[str, int], ...] = ()  # symbolic dims fixed at compile time: (("S", 128),)
-    # options for some of the passes, as `kinac opt --passes` takes them: "matmul-loops{fma=true}"
-    pass_options: str = ""
-
-    def __post_init__(self):
-        if not isinstance(self.pass_options, str):
-            raise TypeError(f"pass_options: expected a string such as 'matmul-loops{{fma=true}}', "
-                            f"got {type(self.pass_options).__name__}")
-        if self.pass_options:
-            try:
-                selected(self.opt_level, self.pass_options)
-            except PipelineError as e:
-                raise ValueError(f"pass_options: {e}") from None
-
-    def cache_key(self) -> dict:
-        d = asdict(self)
-        d.pop("print_ir_after_all")
-        d.pop("locations")
-        return d
+from .interrupts import remove_temporary
+from .options import Options, target_cores  # (Options lives in its own light module: a cache hit needs no MLIR)
 
 
 @dataclass
@@ -118,13 +92,6 @@ class Build:
         turns off the features this CPU's name implies but the machine does not have
         (a znver4 under a hypervisor that hides AVX-512 must not get AVX-512 code)."""
         return [f"-mcpu={self.options.cpu}"]
-
-
-def target_cores(cpu_name: str) -> int | None:
-    """The cores a build for `cpu_name` cuts its ops for (passes.for_target): for this machine
-    ("native"), its cores (whatever threads a call later runs on: the build does not depend on
-    KINA_NUM_THREADS or `--threads`); None for a portable build (the pass table's parts)."""
-    return os.cpu_count() or 1 if cpu_name == "native" else None
 
 
 def _stage_ast(b: Build) -> None:
@@ -398,12 +365,6 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
     if made and STAGE_NAMES.index(until) < STAGE_NAMES.index("llvm"):
         remove_temporary(b.workdir)  # nothing was written there
     return b
-
-
-def remove_temporary(path: Path) -> None:
-    """Remove a work or temp folder, which an interrupt then no longer needs to."""
-    shutil.rmtree(path, ignore_errors=True)
-    interrupts.untrack(path)
 
 
 def _keep_named(folder: Path, command: str) -> None:

@@ -16,17 +16,21 @@ file that cannot be read (at the `use`), a cycle of uses (at the use that closes
 function name in two files of a scope (at the use that brings in the second), a function
 named like a word of the language (at its name; it could not be called). Only the
 functions a program calls are checked (`check`, at each call); a used file's functions are
-never entries of the .so. Imports no `mlir`.
+never entries of the .so. Imports no `mlir`; the parser (`syntax`, lark) only when a file is
+parsed, so that the compile cache's key (`used_files`) costs neither.
 """
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import files
-from . import ast, ops, syntax
 from ..errors import KinaError
+
+if TYPE_CHECKING:
+    from . import ast
 
 
 @dataclass
@@ -96,6 +100,7 @@ class _Loader:
             data = files.read_bytes(name, "")
         except files.FileError as e:
             raise KinaError(use.loc, f"cannot use \"{use.path}\": {name}: {e.problem}") from None
+        from . import syntax
         try:
             program = syntax.parse(data, name)
         except KinaError as e:
@@ -114,6 +119,7 @@ class _Loader:
 
 
 def _check_name(fn: ast.Function) -> None:
+    from . import ops, syntax
     if fn.name in syntax.words():
         what = "an operation" if fn.name in ops.BY_NAME else "a word"
         raise KinaError(fn.loc, f"a function cannot be named '{fn.name}': it is {what} of the language, "

@@ -95,7 +95,7 @@ def check_pass_options(text) -> str:
     pass_options. The empty default imports nothing."""
     if isinstance(text, str) and not text:
         return text
-    from kina.driver.pipeline import Options
+    from kina.driver.options import Options
     return Options(pass_options=text).pass_options
 
 
@@ -472,10 +472,19 @@ def dtype_name(a) -> str:
 
 @functools.lru_cache(maxsize=None)
 def kernel_params(path: Path) -> dict[str, dict[str, str]]:
-    """Each function of a kernel file: its parameters' declared dtypes (a dtype or a type parameter), by name."""
-    from ..frontend import syntax
-    program = syntax.parse(Path(path).read_text(), str(path))
-    return {fn.name: {p.name: p.type.dtype for p in fn.params} for fn in program.functions}
+    """Each function of a kernel file: its parameters' declared dtypes (a dtype or a type parameter),
+    by name. Parsed once per file's bytes and compiler, then remembered in the compile cache, so
+    that a model whose builds are cached loads without the parser (lark)."""
+    import hashlib
+    from ..driver.cache import remembered
+    data = Path(path).read_bytes()
+
+    def parse() -> dict[str, dict[str, str]]:
+        from ..frontend import syntax
+        program = syntax.parse(data, str(path))
+        return {fn.name: {p.name: p.type.dtype for p in fn.params} for fn in program.functions}
+
+    return remembered("kernel-params", hashlib.sha256(data).hexdigest(), parse)
 
 
 @functools.lru_cache(maxsize=None)
@@ -492,7 +501,7 @@ def _program(kernel: Path, dtypes: tuple, dims: tuple, fma: bool = False, thread
     every static one being small, no function gets a threaded entry; `pass_options`: more pass
     options, on top of those (a pass named in both takes both)."""
     import kina
-    from kina.driver.pipeline import Options
+    from kina.driver.options import Options
     options = Options()
     fast = ["matmul-loops{fma=true}", "quantized-matmul-loops{fma=true block-sums=true}"]
     given = [*(fast if fma else []), "threads{copy=false}" if threaded else "threads{symbolic=false}"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numbers
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
@@ -21,7 +22,30 @@ import numpy as np
 
 from .. import runtime
 
-KINA_DTYPES = {runtime.numpy_dtype(d): d for d in ("F16", "BF16", "F32", "F64")}  # BF16: ml_dtypes.bfloat16
+class _ModelDtypes(Mapping):
+    """NumPy dtype -> Kina name of the dtypes a model computes in: F16, BF16 (ml_dtypes.bfloat16),
+    F32, F64. Looking one up imports nothing (`runtime.arrays.kina_name`); only listing the keys
+    imports ml_dtypes, whose extension takes 0.5-1.3 s to load, which a model in F32 never needs."""
+
+    NAMES = ("F16", "BF16", "F32", "F64")
+
+    def __getitem__(self, dt) -> str:
+        name = runtime.arrays.kina_name(dt)
+        if name not in self.NAMES:
+            raise KeyError(dt)
+        return name
+
+    def __iter__(self):
+        return iter([runtime.numpy_dtype(name) for name in self.NAMES])
+
+    def __len__(self) -> int:
+        return len(self.NAMES)
+
+    def values(self):
+        return self.NAMES
+
+
+KINA_DTYPES = _ModelDtypes()
 
 
 def kina_dtype(dtype, name: str = "dtype") -> np.dtype:
@@ -63,13 +87,18 @@ def causal_mask(n_past: int, n_new: int, dtype=np.float32, window: int | None = 
 # loop over F16 one value at a time, converting each: over SmolLM's 49152 logits 35 and 225 us
 # (2.5% of its F16 step on two threads), against 4.6 and 3.0 over F32; BF16's (ml_dtypes) 23
 # and 27 us. On the bits, as int16s, the same answers take about 5 and 11 us.
-_INF_BITS = {np.dtype(np.float16): 0x7C00, runtime.numpy_dtype("BF16"): 0x7F80}
+_INF_BITS = {"F16": 0x7C00, "BF16": 0x7F80}
+
+
+def _inf_bits(dt: np.dtype) -> int | None:
+    """+inf's bits if `dt` is F16 or BF16 (found without importing ml_dtypes), else None."""
+    return _INF_BITS.get(runtime.arrays.kina_name(dt)) if dt.itemsize == 2 else None
 
 
 def count_nan(logits: np.ndarray) -> int:
     """np.count_nonzero(np.isnan(logits)), from the bits for F16 and BF16."""
     logits = np.asarray(logits)
-    inf = _INF_BITS.get(logits.dtype)
+    inf = _inf_bits(logits.dtype)
     if inf is None:
         return int(np.count_nonzero(np.isnan(logits)))
     return int(np.count_nonzero((logits.view(np.int16) & 0x7FFF) > inf))
@@ -80,7 +109,7 @@ def greedy(logits: np.ndarray) -> int:
     are compared by their bits: sign and magnitude, as an int16 whose magnitude bits are
     reversed where the sign is set, orders them as their values, but for -0 < +0."""
     logits = np.asarray(logits)
-    if logits.dtype not in _INF_BITS:
+    if _inf_bits(logits.dtype) is None:
         return int(np.argmax(logits))
     bits = logits.view(np.int16)
     i = int(np.argmax(bits ^ ((bits >> 15) & 0x7FFF)))

@@ -13,15 +13,18 @@ CPU torch tensors, JAX arrays) or the array interface (`__array__`,
 to another dtype, and are read in place: DLPack and array-interface objects become NumPy
 views of the caller's memory. Only an array whose innermost stride is not one element,
 or that is misaligned, is copied (`as_passable`). Large results reuse the memory of dead
-ones (`kina.runtime.pool`: bounded, `release_memory()` returns it). BF16 is
+ones (`kina.runtime.pool`: bounded, `release_memory()` returns it). `zeros` costs only the
+pages written, in small pages (a KV cache's sparse first writes). BF16 is
 `ml_dtypes.bfloat16`, imported the first time it is asked for.
 """
 from __future__ import annotations
 
 import math
+import mmap
 
 import numpy as np
 
+from ..dtypes import by_numpy
 from ..frontend.types import DTYPES, TensorType
 from .pool import Pool, data_pointer
 
@@ -77,8 +80,27 @@ def empty(shape, dtype=np.float32) -> np.ndarray:
 
 
 def zeros(shape, dtype=np.float32) -> np.ndarray:
-    """`empty`, zero-filled lazily, as `np.zeros` is: untouched pages cost no memory."""
-    return _aligned(np.zeros, shape, dtype)
+    """`empty`, zero-filled lazily: untouched pages cost no memory. One of `MAPPED_MIN` bytes or
+    more is a memory map of its own (page-aligned) advised against huge pages: NumPy advises huge
+    pages for its arrays of 4 MB and more, and a write then makes a whole 2 MB page resident, so
+    a KV cache's Kᵀ (a position is one value in each of its rows: 32 KB apart at 8192 positions)
+    would be all resident after the first token (SmolLM2: 250 MB of 377)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    nbytes = dtype.itemsize * math.prod(shape)
+    if nbytes < MAPPED_MIN:
+        return _aligned(np.zeros, shape, dtype)
+    buf = mmap.mmap(-1, nbytes)  # anonymous: zero pages until written, unmapped with the last view
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advice is not None:
+        try:
+            buf.madvise(advice)
+        except OSError:
+            pass  # a kernel without transparent huge pages
+    return np.frombuffer(buf, np.uint8).view(dtype).reshape(shape)
+
+
+MAPPED_MIN = 1 << 20
 
 
 # Kina dtype -> NumPy dtype; BF16's comes from ml_dtypes, imported the first time it is
@@ -92,6 +114,13 @@ def numpy_dtype(dtype: str) -> np.dtype:
         import ml_dtypes  # what makes NumPy know bfloat16
         _NUMPY_DTYPES[dtype] = np.dtype(ml_dtypes.bfloat16)
     return _NUMPY_DTYPES[dtype]
+
+
+def kina_name(dt) -> str | None:
+    """The name of the unblocked Kina dtype ("F32", "BF16", ...) that NumPy dtype `dt` is, or None.
+    Imports nothing: a bfloat16 dtype exists only once ml_dtypes is loaded (NumPy has none)."""
+    d = by_numpy(dt.name) if isinstance(dt, np.dtype) else None
+    return d.name if d is not None and dt == numpy_dtype(d.name) else None
 
 
 # DLPack device types (dlpack.h) whose memory the host reads directly, as NumPy's from_dlpack does

@@ -49,12 +49,32 @@ def is_gguf(path: Path) -> bool:
         return False
 
 
+def _header(path) -> files.GGUFFile:
+    """The file's header (files.read_gguf), read once for the describe, the tokenizer and the load
+    that `kina generate` asks for in turn (a vocabulary is 100k strings): the last one read is kept,
+    and used again while the file's size, time and inode are the same."""
+    global _last
+    try:
+        st = os.stat(path)
+        stamp = (os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    except OSError:
+        stamp = None  # read_gguf says what is wrong
+    if stamp is None or _last is None or _last[0] != stamp:
+        try:
+            header = files.read_gguf(path, "", BLOCK_SIZES)
+        except files.FileError as e:
+            raise CheckpointError(str(e)) from None
+        _last = (stamp, header) if stamp is not None else None
+        return header
+    return _last[1]
+
+
+_last: tuple | None = None
+
+
 def read(path: str | os.PathLike):
     """(header, family, DecoderConfig) of a GGUF file; nothing of its tensors is read."""
-    try:
-        header = files.read_gguf(path, "", BLOCK_SIZES)
-    except files.FileError as e:
-        raise CheckpointError(str(e)) from None
+    header = _header(path)
     f = Fields(header.metadata, path)
     arch = f.text("general.architecture", required=True)
     family = families.by_gguf_architecture(arch)
@@ -66,20 +86,46 @@ def read(path: str | os.PathLike):
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{path}: {e}") from None
-    vocab = header.metadata.get("tokenizer.ggml.tokens")
-    if not header.metadata.get(f"{arch}.vocab_size") and vocab is not None:
-        config = config.replace(vocab_size=len(vocab))
+    if ROPE_FREQS in header.tensors:
+        config = config.replace(rope=_rope_from_factors(header, config, path))
     has_head = any(t.gguf_name(None) in header.tensors for t in family.tensors(config.replace(tie_embeddings=False))
                    if t.name == "head")
     return header, family, config.replace(tie_embeddings=not has_head)
 
 
+ROPE_FREQS = "rope_freqs.weight"
+# the llama3 rope scalings of the published Llama 3.1 (factor 8) and 3.2 (32) models, and between
+_LLAMA3_SCALINGS = [{"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192} for factor in (8.0, 16.0, 32.0)]
+
+
+def _rope_from_factors(header, config, path):
+    """The Rope whose frequencies are what llama.cpp computes from `rope_freqs.weight`: its
+    converter writes a Llama 3.1 (and later) model's rope scaling as one divisor per frequency
+    (`theta^(-2i/Dh) / f_i`). Divisors that are all 1 change nothing; ones that a llama3 scaling
+    of the published models gives (to 1e-6) are that scaling, as the model's config.json says;
+    anything else is refused, naming the tensor, rather than run with other frequencies."""
+    info = header.tensors[ROPE_FREQS]
+    if dtypes.by_gguf(info.type).name != "F32":
+        raise CheckpointError(f"{path}: tensor {ROPE_FREQS!r} is {dtypes.by_gguf(info.type).name}, expected F32")
+    factors = np.asarray(files.gguf_array(header, info, np.float32), dtype=np.float64).reshape(-1)
+    base = config.rope.inv_freq(config.head_dim)
+    if factors.shape != base.shape or config.rope.type != "default":
+        raise CheckpointError(f"{path}: tensor {ROPE_FREQS!r} ({factors.size} values) does not fit this model's rotary "
+                              f"embedding ({base.size} frequencies, rope type {config.rope.type}); Kina cannot run it")
+    if np.all(factors == 1):
+        return config.rope
+    for scaling in _LLAMA3_SCALINGS:
+        rope = config.rope.of(config.rope.theta, scaling)
+        if np.allclose(base / factors, rope.inv_freq(config.head_dim), rtol=1e-6, atol=0):
+            return rope
+    raise CheckpointError(f"{path}: tensor {ROPE_FREQS!r} holds rotary frequency divisors that no llama3 rope "
+                          f"scaling Kina knows gives (factor 8, 16 or 32 over 8192 positions); Kina cannot run it")
+
+
 def load_text(path: str | os.PathLike):
     """The file's tokenizer, or None when it has none."""
-    try:
-        header = files.read_gguf(path, "", BLOCK_SIZES)
-    except files.FileError as e:
-        raise CheckpointError(str(e)) from None
+    header = _header(path)
     if "tokenizer.ggml.tokens" not in header.metadata:
         return None
     from ..tokenizer import from_gguf
@@ -120,7 +166,7 @@ def load(path: str | os.PathLike, dtype=None, max_seq_len: int | None = None, al
         i = int(name.split(".")[1]) if t.layer else None
         wanted[t.gguf_name(i)] = (name, t, shape)
     for gname, info in header.tensors.items():
-        if gname not in wanted and not gname.endswith("rope_freqs.weight"):
+        if gname not in wanted and gname != ROPE_FREQS:
             raise CheckpointError(f"{path}: unexpected tensor {gname!r}: not a weight of this {family.name} model "
                                   f"({config.n_layers} layers)")
     floats = {}  # the decoder's name -> (GGUFTensor, Tensor, the kernel's shape, the dtype it is held in)

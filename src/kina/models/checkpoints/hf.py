@@ -21,10 +21,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
-from ... import files
+from ... import files, runtime
 from ...runtime import arena
 from .. import families
 from ..decoder import DEFAULT_MAX_SEQ_LEN, Decoder, check_pass_options, weight_dtype_of
@@ -32,7 +31,7 @@ from ..generation import kina_dtype
 from ..weights import dtype_of, require_finite
 from .fields import CheckpointError, Fields
 
-CONFIG_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float64": np.float64}
+CONFIG_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}  # (ml_dtypes when asked for)
 
 
 def is_folder(path: Path) -> bool:
@@ -58,7 +57,8 @@ def read_config(folder: str | os.PathLike):
     if dtype is not None and dtype not in CONFIG_DTYPES:
         f.refuse("dtype" if f.has("dtype") else "torch_dtype", f"expected one of {', '.join(CONFIG_DTYPES)}")
     config = family.config_from_hf(f, arch)
-    return family, config, {"architecture": arch, "dtype": CONFIG_DTYPES.get(dtype), "fields": f}
+    held = None if dtype is None else runtime.numpy_dtype(CONFIG_DTYPES[dtype])
+    return family, config, {"architecture": arch, "dtype": held, "fields": f}
 
 
 def _read_json(path: Path) -> dict:

@@ -133,8 +133,11 @@ def config_from_gguf(f, arch: str) -> DecoderConfig:
                    if scaling == "linear" else None)
     if f.integer("expert_count", 0, minimum=0):
         f.refuse("expert_count", "mixtures of experts are not supported")
+    vocab = f.integer("vocab_size") or len(f.values.get("tokenizer.ggml.tokens") or ()) or None
+    if vocab is None:
+        f.refuse("vocab_size", "missing, and the file has no tokenizer.ggml.tokens to count")
     return DecoderConfig(
-        vocab_size=f.integer("vocab_size", required=True), d_model=d, n_layers=f.integer("block_count", required=True),
+        vocab_size=vocab, d_model=d, n_layers=f.integer("block_count", required=True),
         n_heads=heads, ffn_dim=f.integer("feed_forward_length", required=True), n_kv_heads=kv_heads,
         head_dim=head_dim, context_length=f.integer("context_length", 4096),
         norm_eps=f.number("attention.layer_norm_rms_epsilon", 1e-5), rope=rope, qkv_bias=False, o_bias=False,

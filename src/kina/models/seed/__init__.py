@@ -20,7 +20,7 @@ KERNELS = Path(__file__).resolve().parent
 
 def kernel_program(name: str, dtype):
     """<name>.kina of this folder (generic in its element type T) compiled for `dtype` (a NumPy dtype)."""
-    from ...driver.pipeline import Options
+    from ...driver.options import Options
     from ..generation import KINA_DTYPES
     return _compiled(name, KINA_DTYPES[dtype], Options())
 
