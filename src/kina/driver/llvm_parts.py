@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-MAX_PARTS = 4  # a kernel's plain and threaded decode and prefill bodies, each in a part of its own
+MAX_PARTS = 4  # a kernel's decode and prefill bodies (plain and threaded, but for threads{copy=false}), a part each
 MIN_BYTES = 1 << 20  # smaller modules (a few functions, under a second of opt and llc) stay whole
 SMALL_LINES = 1000  # a function of fewer lines goes with the functions it calls
 
