@@ -82,6 +82,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("KINA_NUM_THREADS", "a positive integer", _integer(1), None,
          "the threads a large call may use (default: the cores this process may run on); builds do not "
          "depend on it (a build for this machine cuts ops of static size into one part per core, at least 2)"),
+    Knob("KINA_BUILD_JOBS", "a positive integer", _integer(1), None,
+         "the `opt` and `llc` processes a build runs at once on the parts of a large module (a model's kernel "
+         "is cut into up to 4 by function; default: the cores this process may run on); the parts, and so "
+         "the bytes built, do not depend on it"),
     Knob("NO_COLOR", "any non-empty value", _present, None,
          "no colour in kinac's diagnostics, even on a terminal ([no-color.org](https://no-color.org))"),
     Knob("FORCE_COLOR", "any non-empty value", _present, None,

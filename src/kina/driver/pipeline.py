@@ -11,7 +11,11 @@ stops after stage X (any pass included); `--dump-dir` writes every stage's outpu
 past the MLIR stages starts `opt` and `llc` once the program has type-checked,
 reading stdin, so that their start (loading LLVM) overlaps the lowering and the
 passes; each gets its input when its stage comes, and is killed if the build ends
-before.
+before. A large module (a model's kernel) is cut into a few modules by function
+(`llvm_parts`) whose `opt` and `llc` run at once, up to one per core (KINA_BUILD_JOBS),
+each part's `llc` as soon as its `opt` is done; the objects are linked into one (`cc -r`).
+Parts are compiled at cheaper LLVM levels (`PARTS_OPT_LEVEL`, `PARTS_LLC_LEVEL`): -O3
+cost a model's kernel seconds and bought it nothing measured.
 
 In:  Kina source text and `Options`.
 Out: the output of the requested stage; for `so`, a built .so with its sidecar
@@ -45,8 +49,8 @@ from ..frontend import ast, check as _check, syntax
 from ..frontend.axes import independent_axes
 from ..errors import InternalError, ToolError
 from ..runtime import cpu
-from ..ir.passes import PASSES, Pass, PassError, selected, source_loc
-from . import interrupts, toolchain, translate
+from ..ir.passes import PASSES, Pass, PassError, selected, source_loc, uses_type
+from . import interrupts, llvm_parts, toolchain, translate
 from .interrupts import remove_temporary
 from .options import Options, target_cores  # (Options lives in its own light module: a cache hit needs no MLIR)
 
@@ -64,7 +68,11 @@ class Build:
     llvm_ir: bytes = b""
     obj: bytes = b""
     so_path: Path | None = None
-    started: dict = field(default_factory=dict)  # tool name -> toolchain.Started, waiting for its input
+    until: str = "so"
+    # the types of the passes' `only_for` that the reference IR mentions (no pass brings in another)
+    mentions: frozenset = frozenset()
+    # tool name -> toolchain.Started, waiting for its input; "parts" -> the toolchain.Chains of a split module
+    started: dict = field(default_factory=dict)
 
     @cached_property
     def passes(self) -> list[Pass]:
@@ -112,6 +120,8 @@ def _stage_mlir(b: Build) -> None:
         raise InternalError(f"the reference IR does not verify:\n{e}",
                             _reproducer(b.filename, b.module.operation.get_asm(enable_debug_info=True,
                                                                                assume_verified=True))) from None
+    # asked here, of the small reference IR, not of the loops' module when the pass comes (0.7 s for a model)
+    b.mentions = frozenset(t for t in {getattr(p, "only_for", "") for p in PASSES} if t and uses_type(b.module, t))
 
 
 def apply_pass(module, p: Pass, print_ir: bool = False, what: str = "the generated MLIR",
@@ -160,6 +170,8 @@ def replay_passes(start: Callable[[], Any], passes: list[Pass]) -> Callable[[], 
 def _pass_stage(p: Pass) -> Callable[[Build], None]:
     def stage(b: Build) -> None:
         names = [q.name for q in b.passes]
+        if getattr(p, "only_for", "") and p.only_for not in b.mentions:
+            return  # a pass for a type the program does not use
         if p.name in names:  # else skipped at this level; run with the build's options for it
             from ..ir import lower
             at = names.index(p.name)
@@ -169,12 +181,18 @@ def _pass_stage(p: Pass) -> Callable[[Build], None]:
     return stage
 
 
-def _opt_args(b: Build) -> list[str]:
-    return [f"-O{b.options.opt_level}", f"-mtriple={toolchain.host()[0]}", *b.target_args, "-S"]
+# The LLVM levels of a module in parts (a model's kernel): opt at most -O2, llc at most -O1.
+# On SmolLM2-135M Q4_1 they took 7.6 s less CPU than -O3 twice (of 15.2), for the same bits
+# and the same decode and prefill speed (docs/log/2026-12-05-cold-build.md).
+PARTS_OPT_LEVEL, PARTS_LLC_LEVEL = 2, 1
 
 
-def _llc_args(b: Build) -> list[str]:
-    return [f"-O{b.options.opt_level}", f"-mtriple={toolchain.host()[0]}", *b.target_args,
+def _opt_args(b: Build, cap: int = 3) -> list[str]:
+    return [f"-O{min(b.options.opt_level, cap)}", f"-mtriple={toolchain.host()[0]}", *b.target_args, "-S"]
+
+
+def _llc_args(b: Build, cap: int = 3) -> list[str]:
+    return [f"-O{min(b.options.opt_level, cap)}", f"-mtriple={toolchain.host()[0]}", *b.target_args,
             "-relocation-model=pic", "-filetype=obj"]
 
 
@@ -198,12 +216,41 @@ def _tool(b: Build, tool: str, data: bytes, args: list[str], path: Path, out: li
 
 def _stage_llvm(b: Build) -> None:
     raw = translate.to_llvm_ir(b.module, b.workdir / "lowered.mlir")
-    b.llvm_ir = _tool(b, "opt", raw, _opt_args(b), b.workdir / "raw.ll", ["-o", "-"])
+    parts = llvm_parts.split(raw) if STAGE_NAMES.index(b.until) > STAGE_NAMES.index("llvm") else None
+    if parts is None:
+        b.llvm_ir = _tool(b, "opt", raw, _opt_args(b), b.workdir / "raw.ll", ["-o", "-"])
+        return
+    for tool in ("opt", "llc"):  # started for one module: the parts run processes of their own
+        if tool in b.started:
+            b.started.pop(tool).cancel()
+    chains, errs = [], []
+    for i, part in enumerate(parts):
+        raw_i, opt_i, obj_i = (b.workdir / f"{name}.part{i}.{ext}" for name, ext in
+                               (("raw", "ll"), ("opt", "ll"), ("out", "o")))
+        raw_i.write_bytes(part)
+        chain = [("opt", [*_opt_args(b, PARTS_OPT_LEVEL), str(raw_i), "-o", str(opt_i)])]
+        if STAGE_NAMES.index(b.until) >= STAGE_NAMES.index("obj"):
+            chain.append(("llc", [*_llc_args(b, PARTS_LLC_LEVEL), str(opt_i), "-o", str(obj_i)]))
+        chains.append(chain)
+        errs.append(b.workdir / f"err.part{i}.txt")
+    jobs = knobs.get("KINA_BUILD_JOBS") or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                            else os.cpu_count() or 1)
+    b.started["parts"] = run = toolchain.Chains(chains, errs, jobs)
+    run.wait(0)
+    b.llvm_ir = b"".join(f"; part {i + 1} of {len(parts)}\n".encode() + (b.workdir / f"opt.part{i}.ll").read_bytes()
+                         for i in range(len(parts)))
 
 
 def _stage_obj(b: Build) -> None:
     obj = b.workdir / "out.o"
-    _tool(b, "llc", b.llvm_ir, _llc_args(b), b.workdir / "opt.ll", ["-o", str(obj)])
+    run = b.started.get("parts")
+    if run is None:
+        _tool(b, "llc", b.llvm_ir, _llc_args(b), b.workdir / "opt.ll", ["-o", str(obj)])
+    else:
+        run.wait(1)
+        del b.started["parts"]
+        objs = [str(b.workdir / f"out.part{i}.o") for i in range(len(run.chains))]
+        toolchain.run("cc", ["-r", "-nostdlib", "-o", str(obj), *objs])  # one relocatable object
     b.obj = obj.read_bytes()
 
 
@@ -300,7 +347,7 @@ def run_stages(source: str | bytes, filename: str, until: str = "so", options: O
         with interrupts.deferred():  # made and tracked, or neither, whenever kinac is interrupted
             workdir = Path(tempfile.mkdtemp(prefix="kina-"))
             interrupts.track(workdir)
-    b = Build(source, filename, options, Path(workdir))
+    b = Build(source, filename, options, Path(workdir), until=until)
     try:
         _run(b, source, until, dump_dir)
     except ToolError as e:

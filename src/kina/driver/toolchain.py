@@ -16,6 +16,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -100,6 +101,67 @@ class Started:
             self._proc.kill()
         self._proc.communicate()
         interrupts.untrack_process(self._proc)
+
+
+class Chains:
+    """Chains of tool runs, each run after the one before it in its chain, up to `jobs` chains
+    at once (the chains in the order given when more are ready than may run). A run's input
+    and output are files its arguments name; its stderr goes to a file beside them, `err`
+    of the chain. `wait(step)` returns once every chain has done its runs up to `step`; the
+    first run to fail (in chain order, among those that ended) is a ToolError with its command,
+    after the others are killed. `cancel()` kills what runs."""
+
+    def __init__(self, chains: list[list[tuple[str, list[str]]]], errs: list[Path], jobs: int):
+        self.chains, self.errs, self.jobs = chains, errs, max(1, jobs)
+        self.done = [0] * len(chains)  # runs finished, per chain
+        self.running: dict[int, subprocess.Popen] = {}
+        self.seconds = [[] for _ in chains]  # each finished run's wall time
+        self._started: dict[int, float] = {}
+
+    def _start(self) -> None:
+        for i, chain in enumerate(self.chains):
+            if len(self.running) >= self.jobs:
+                return
+            if i in self.running or self.done[i] >= len(chain):
+                continue
+            tool, args = chain[self.done[i]]
+            with interrupts.deferred(), open(self.errs[i], "wb") as err:
+                proc = subprocess.Popen([find(tool), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=err)
+                interrupts.track_process(proc)
+            self.running[i], self._started[i] = proc, time.perf_counter()
+
+    def wait(self, step: int) -> None:
+        try:
+            while True:
+                self._start()
+                if all(d > step or d >= len(c) for d, c in zip(self.done, self.chains)):
+                    return
+                ended = [(i, p) for i, p in self.running.items() if p.poll() is not None]
+                if not ended:
+                    time.sleep(0.002)
+                    continue
+                for i, proc in sorted(ended):
+                    del self.running[i]
+                    interrupts.untrack_process(proc)
+                    self.seconds[i].append(time.perf_counter() - self._started[i])
+                    _interrupted(proc.returncode)
+                    tool, args = self.chains[i][self.done[i]]
+                    if proc.returncode != 0:
+                        raise ToolError(tool, shlex.join([find(tool), *args]),
+                                        self.errs[i].read_bytes().decode(errors="replace"))
+                    self.done[i] += 1
+        except BaseException:
+            self.cancel()
+            raise
+
+    def cancel(self) -> None:
+        for proc in self.running.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            interrupts.untrack_process(proc)
+        self.running.clear()
 
 
 @lru_cache(maxsize=1)

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._pass import KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, show_value, parse_pipeline, source_loc
+from ._pass import (KinaPass, PassError, PipelineError, Unsupported, UpstreamPass, show_value, parse_pipeline, source_loc,
+                    uses_type)
 from .abi import Abi
 from .broadcast_loops import BroadcastLoops
 from .copies_to_linalg import CopiesToLinalg

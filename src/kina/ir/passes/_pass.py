@@ -128,7 +128,7 @@ class KinaPass:
                 pass_.signal_pass_failure()
 
         with module.context:
-            if self.only_for and not _uses_type(module, self.only_for):
+            if self.only_for and not uses_type(module, self.only_for):
                 return
             pm = PassManager("builtin.module")
             pm.add(callback, name=self.name, argument=self.name)
@@ -164,7 +164,7 @@ class UpstreamPass:
     def apply(self, module, print_ir: bool = False) -> None:
         from mlir.passmanager import PassManager
         with module.context:
-            if self.only_for and not _uses_type(module, self.only_for):
+            if self.only_for and not uses_type(module, self.only_for):
                 return
             pm = PassManager.parse(f"builtin.module({self.pipeline})")
             if print_ir:
@@ -193,7 +193,7 @@ def source_loc(location) -> Loc | None:
     return None
 
 
-def _uses_type(module, name: str) -> bool:
+def uses_type(module, name: str) -> bool:
     """Does any op of `module` take or make a value whose type mentions `name`?"""
     from mlir import ir
     found = []
