@@ -3,8 +3,8 @@
 In:  a Hugging Face folder's tokenizer.json (with tokenizer_config.json, generation_config.json
      and config.json for the special ids), or a `tokenizers.Tokenizer` that a checkpoint
      reader built (a GGUF file's vocabulary: kina.models.checkpoints.gguf).
-Out: `Text`, which encodes (adding BOS when the model wants it) and decodes (special tokens
-     skipped), with `bos_id`, `eos_ids` and the chat template, if the model has one.
+Out: `Text`, which encodes (adding BOS, or EOS, when the model wants it) and decodes (special
+     tokens skipped), with `bos_id`, `eos_ids` and the chat template, if the model has one.
 
 Guarantees: a missing or damaged file is a `CheckpointError` naming it; the `tokenizers`
 package is imported only when a tokenizer is read.
@@ -160,10 +160,10 @@ CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type
 
 def from_gguf(meta: dict, where) -> Text:
     """The tokenizer a GGUF file's `tokenizer.ggml.*` keys describe, as transformers builds it from
-    the same file (the `tokenizers` library's BPE), with its special ids, `add_bos_token` and chat
-    template: `model` "gpt2" (GPT-2's byte-level BPE, with the split `pre` names) or "llama"
-    (SentencePiece) of an architecture in SENTENCEPIECE. A file without one, or of a kind Kina does
-    not build, is a CheckpointError naming the key."""
+    the same file (the `tokenizers` library's BPE), with its special ids, `add_bos_token`,
+    `add_eos_token` and chat template: `model` "gpt2" (GPT-2's byte-level BPE, with the split `pre`
+    names) or "llama" (SentencePiece) of an architecture in SENTENCEPIECE. A file without one, or
+    of a kind Kina does not build, is a CheckpointError naming the key."""
     model = meta.get("tokenizer.ggml.model")
     tokens = meta.get("tokenizer.ggml.tokens")
     if model is None or tokens is None:
@@ -177,7 +177,7 @@ def from_gguf(meta: dict, where) -> Text:
         raise CheckpointError(f"{where}: field 'tokenizer.ggml.model' = {model!r}: Kina builds 'gpt2' "
                               "(byte-level BPE) and 'llama' (SentencePiece) tokenizers from GGUF files")
     try:
-        import tokenizers  # noqa: F401
+        from tokenizers import AddedToken, processors
     except ImportError:
         raise CheckpointError("reading a tokenizer needs the tokenizers package (pip install tokenizers)") from None
     types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
@@ -191,15 +191,22 @@ def from_gguf(meta: dict, where) -> Text:
         return int(i) if isinstance(i, (int, np.integer)) and 0 <= i < len(tokens) else None
 
     bos, eos, eot = special("bos_token_id"), special("eos_token_id"), special("eot_token_id")
+    # transformers matches its named tokens whole (and skips them in decoding), whatever their type
+    # (those not added already: a user-defined one stays a plain added token)
+    added = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+    named = [tokens[i] for i in (bos, eos, special("unknown_token_id"), special("padding_token_id")) if i is not None]
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in named if t not in added])
     eos_ids = tuple(dict.fromkeys(i for i in (eos, eot) if i is not None))
     template = meta.get("tokenizer.chat_template")
     # llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise (transformers too)
-    add_bos = meta.get("tokenizer.ggml.add_bos_token", model == "llama")
-    if add_bos and bos is not None:  # as transformers: BOS first whatever the text starts with
-        from tokenizers import processors
-        tokenizer.post_processor = processors.TemplateProcessing(single=[tokens[bos], "$A"],
-                                                                 special_tokens=[(tokens[bos], bos)])
-    return Text(tokenizer, bos, eos_ids, bool(add_bos), template if isinstance(template, str) else None,
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", model == "llama")) and bos is not None
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and eos is not None
+    if add_bos or add_eos:  # as transformers: BOS first and EOS last whatever the text holds
+        ends = [tokens[bos]] * add_bos, [tokens[eos]] * add_eos
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=[*ends[0], "$A", *ends[1]],
+            special_tokens=[(tokens[i], i) for i, on in ((bos, add_bos), (eos, add_eos)) if on])
+    return Text(tokenizer, bos, eos_ids, add_bos, template if isinstance(template, str) else None,
                 bos_token=tokens[bos] if bos is not None else None, eos_token=tokens[eos] if eos is not None else None,
                 special={i: t for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL})
 
