@@ -1,13 +1,17 @@
 """Text to token ids and back: a `tokenizers.Tokenizer` with the model's special ids.
 
 In:  a Hugging Face folder's tokenizer.json (with tokenizer_config.json, generation_config.json
-     and config.json for the special ids), or a `tokenizers.Tokenizer` that a checkpoint
-     reader built (a GGUF file's vocabulary: kina.models.checkpoints.gguf).
+     and config.json for the special ids), or a GGUF file's `tokenizer.ggml.*` keys (`from_gguf`,
+     given the metadata kina.models.checkpoints.gguf reads): a "gpt2" vocabulary (byte-level BPE),
+     or a "llama" one (SentencePiece) of an architecture in SENTENCEPIECE (llama: Llama 2,
+     TinyLlama, Mistral v0.1; gemma, gemma2, gemma3).
 Out: `Text`, which encodes (adding BOS, or EOS, when the model wants it) and decodes (special
      tokens skipped), with `bos_id`, `eos_ids` and the chat template, if the model has one.
 
-Guarantees: a missing or damaged file is a `CheckpointError` naming it; the `tokenizers`
-package is imported only when a tokenizer is read.
+Guarantees: a missing or damaged file is a `CheckpointError` naming it, and a GGUF tokenizer of
+a kind Kina does not build one naming the key; a GGUF file's tokenizer gives the ids, and decodes
+them to the text, that transformers' gives for the same file (`AutoTokenizer.from_pretrained(
+folder, gguf_file=...)`); the `tokenizers` package is imported only when a tokenizer is read.
 """
 from __future__ import annotations
 
@@ -184,7 +188,7 @@ def from_gguf(meta: dict, where) -> Text:
     if model == "gpt2":
         tokenizer, tokens = _byte_level(meta, tokens, types, where), list(tokens)
     else:
-        tokenizer, tokens = _sentencepiece(meta, tokens, types)
+        tokenizer, tokens = SENTENCEPIECE[arch](meta, tokens, types)
 
     def special(key):
         i = meta.get(f"tokenizer.ggml.{key}")
@@ -236,33 +240,71 @@ def _byte_level(meta: dict, tokens, types: list, where):
     return tokenizer
 
 
-# The GGUF architectures whose SentencePiece vocabulary Kina builds: Gemma's, as transformers
-# builds it from the file (`GemmaTokenizer`), since the file holds pieces and scores but no merges.
-SENTENCEPIECE = ("gemma", "gemma2", "gemma3")
+def _merges(pieces, scores) -> list[tuple[str, str]]:
+    """A SentencePiece vocabulary's merges, as transformers derives them (`generate_merges`): every
+    split of a piece into two pieces, the piece of higher score first, then the longer left part,
+    then the longer right one; ties in all three in the order of the file. A piece written twice
+    keeps its first place and its last score."""
+    score = dict(zip(pieces, scores))
+    splits = [(p[:cut], p[cut:], -float(s)) for p, s in score.items() for cut in range(1, len(p))
+              if p[:cut] in score and p[cut:] in score]
+    splits.sort(key=lambda m: (m[2], -len(m[0]), -len(m[1])))
+    return [(left, right) for left, right, _ in splits]
 
 
-def _sentencepiece(meta: dict, tokens, types: list):
-    """(tokenizer, tokens) of a Gemma file's SentencePiece vocabulary, as a BPE over its pieces:
-      - spaces are "▁" (U+2581) in the text and in the pieces; a piece of spaces alone, which the
-        file stores as spaces ("  "), is spelled with "▁" too (the tokens returned keep that spelling);
-      - the merges are every split of a piece into two pieces, ranked by the piece's place in the
-        file (Gemma's scores do not follow its merge order; the order of its pieces does), the
-        longer left part first;
-      - a character with no piece falls back to its UTF-8 bytes (the <0x..> pieces);
-      - control pieces (<bos>, <start_of_turn>, ...) are special tokens, matched whole, and so are
-        user-defined ones ("\\n", "[multimodal]"), as plain added tokens."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-    spelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
-    rank = {t: i for i, t in enumerate(spelled)}
-    merges = [(t[:cut], t[cut:]) for t in spelled for cut in range(len(t) - 1, 0, -1)
-              if t[:cut] in rank and t[cut:] in rank]
-    unk = meta.get("tokenizer.ggml.unknown_token_id")
-    unk = spelled[int(unk)] if isinstance(unk, (int, np.integer)) and 0 <= unk < len(spelled) else None
+def _sentencepiece(pieces, merges, types: list, unk, user_defined):
+    """A BPE over SentencePiece's pieces (spaces spelled "▁", U+2581, in the pieces): a character
+    with no piece falls back to its UTF-8 bytes (the <0x..> pieces); control pieces (<s>, <bos>,
+    <start_of_turn>, ...) are special tokens, matched whole, and the `user_defined` ones are plain
+    added tokens, matched whole. Decoding turns "▁" back into spaces and byte pieces into text."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+    rank = {t: i for i, t in enumerate(pieces)}
     tokenizer = Tokenizer(models.BPE(rank, merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
-    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
     tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True)
-                                  for t, k in zip(spelled, types) if k == CONTROL])
-    tokenizer.add_tokens([AddedToken(t, normalized=False) for t, k, given in zip(spelled, types, tokens)
-                          if k == USER_DEFINED and t == given])
+                                  for t, k in zip(pieces, types) if k == CONTROL])
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in user_defined])
+    return tokenizer
+
+
+def _llama(meta: dict, tokens, types: list):
+    """(tokenizer, tokens) of a Llama file's SentencePiece vocabulary (Llama 2, TinyLlama,
+    Mistral v0.1), as transformers builds it (`LlamaTokenizer`):
+      - the merges come from the pieces' scores (`_merges`);
+      - every space is "▁", and a "▁" is put before the text unless it starts with one, but not
+        before text that follows an added token (`Metaspace`, prepend "first", no split);
+        decoding takes one leading space off. transformers does this whatever `tokenizer.ggml.add_space_prefix` says, so
+        Kina does too (llama.cpp leaves the "▁" out when the key is false);
+      - the <unk> piece is not the BPE's unknown token (byte fallback covers every character)."""
+    from tokenizers import decoders, pre_tokenizers
+    tokens = list(tokens)
+    scores = meta.get("tokenizer.ggml.scores", [0.0] * len(tokens))
+    user_defined = [t for t, k in zip(tokens, types) if k == USER_DEFINED]
+    tokenizer = _sentencepiece(tokens, _merges(tokens, scores), types, None, user_defined)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    tokenizer.decoder = decoders.Sequence([tokenizer.decoder, decoders.Strip(" ", 1, 0)])
+    return tokenizer, tokens
+
+
+def _gemma(meta: dict, tokens, types: list):
+    """(tokenizer, tokens) of a Gemma file's SentencePiece vocabulary, as transformers builds it
+    (`GemmaTokenizer`):
+      - a piece of spaces alone, which the file stores as spaces ("  "), is spelled with "▁" (the
+        tokens returned keep that spelling), and so is every space of the text (no "▁" put first);
+      - the merges are ranked by the piece's place in the file (Gemma's scores do not follow its
+        merge order; the order of its pieces does);
+      - <unk> is the BPE's unknown token; user-defined pieces ("\\n", "[multimodal]") are added
+        whole, but not the space runs respelled."""
+    from tokenizers import normalizers
+    spelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = spelled[int(unk)] if isinstance(unk, (int, np.integer)) and 0 <= unk < len(spelled) else None
+    user_defined = [t for t, k, given in zip(spelled, types, tokens) if k == USER_DEFINED and t == given]
+    tokenizer = _sentencepiece(spelled, _merges(spelled, range(0, -len(spelled), -1)), types, unk, user_defined)
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
     return tokenizer, spelled
+
+
+# The GGUF architectures whose SentencePiece ("llama") vocabulary Kina builds, and how: the file
+# holds pieces and scores but no merges, and transformers reads them per architecture.
+SENTENCEPIECE = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma}
