@@ -8,7 +8,7 @@ the `gguf` package's reference quantizers for Q8_0/Q4_0/Q4_1/Q5_0, and simple on
 here for Q4_K and Q6_K, which it has none of (any bytes with finite scales are valid blocks;
 `gguf.quants.dequantize` says what they hold). `write_gemma3` writes a `gemma3` file as
 llama.cpp's converter does (norms with 1 added, no q/k permutation), and `sentencepiece_vocab`
-a small vocabulary laid out as Gemma's.
+a small vocabulary laid out as Gemma's (`llama_sentencepiece_vocab` as Llama 2's).
 """
 from __future__ import annotations
 
@@ -92,12 +92,14 @@ def pack(rows: np.ndarray, qtype: str) -> np.ndarray:
 
 def write(path, tensors: dict, config: dict, matrix_type: str = "F32", embed_type: str | None = None,
           vocab=None, chat_template: str | None = None, types: dict | None = None,
-          tokenizer_model: str = "gpt2") -> None:
+          tokenizer_model: str = "gpt2", keys: dict | None = None) -> None:
     """A llama GGUF file of Hugging Face `tensors` (name -> array) and `config` (config.json's
     fields): q and k permuted, matrices in `matrix_type` (F32, F16, BF16 or a block format), the
     embedding in `embed_type` (default the matrices'), 1-D tensors in F32; `types` overrides a
     tensor's type by its GGUF name. `vocab`: (tokens, merges, token_types) of a byte-level BPE,
-    declared as `tokenizer_model`."""
+    declared as `tokenizer_model`; with `tokenizer_model` "llama", (tokens, scores, token_types) of
+    a SentencePiece vocabulary (`llama_sentencepiece_vocab`: unk 0, bos 1, eos 2, as Llama 2's).
+    `keys`: more `tokenizer.ggml.*` keys (a bool, or an int for a uint32 one)."""
     H, Hk, D = config["num_attention_heads"], config["num_key_value_heads"], config["hidden_size"]
     Dh = config.get("head_dim") or D // H
     w = gguf.GGUFWriter(str(path), arch="llama")
@@ -114,7 +116,9 @@ def write(path, tensors: dict, config: dict, matrix_type: str = "F32", embed_typ
     rope = config.get("rope_parameters") or {}
     w.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
     w.add_vocab_size(config["vocab_size"])
-    if vocab is not None:
+    if vocab is not None and tokenizer_model == "llama":
+        add_sentencepiece(w, vocab, unk=0, bos=1, eos=2)
+    elif vocab is not None:
         tokens, merges, token_types = vocab
         w.add_tokenizer_model(tokenizer_model)
         w.add_tokenizer_pre("default")
@@ -124,6 +128,8 @@ def write(path, tensors: dict, config: dict, matrix_type: str = "F32", embed_typ
         w.add_bos_token_id(config.get("bos_token_id", 0))
         w.add_eos_token_id(config.get("eos_token_id", 1))
         w.add_add_bos_token(False)
+    for key, value in (keys or {}).items():
+        (w.add_bool if isinstance(value, bool) else w.add_uint32)(f"tokenizer.ggml.{key}", value)
     if chat_template is not None:
         w.add_chat_template(chat_template)
     for hf, a in tensors.items():
@@ -156,6 +162,19 @@ def add_tensor(w, name: str, a: np.ndarray, kind: str) -> None:
         w.add_tensor(name, a.astype(ml_dtypes.bfloat16).view(np.uint16), raw_dtype=gguf.GGMLQuantizationType.BF16)
     else:
         w.add_tensor(name, pack(a, kind), raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+
+
+def add_sentencepiece(w, vocab, unk: int, bos: int, eos: int) -> None:
+    """A SentencePiece vocabulary, (tokens, scores, token_types), into the GGUFWriter `w`."""
+    tokens, scores, token_types = vocab
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(token_types)
+    w.add_unk_token_id(unk)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
 
 
 # -- Gemma 3 ------------------------------------------------------------------------------------
@@ -193,15 +212,7 @@ def write_gemma3(path, tensors: dict, config: dict, types: dict, embed_type: str
     for key, value in (keys or {}).items():
         (w.add_float32 if isinstance(value, float) else w.add_uint32)(f"gemma3.{key}", value)
     if vocab is not None:
-        tokens, scores, token_types = vocab
-        w.add_tokenizer_model("llama")
-        w.add_tokenizer_pre("default")
-        w.add_token_list(tokens)
-        w.add_token_scores(scores)
-        w.add_token_types(token_types)
-        w.add_bos_token_id(2)
-        w.add_eos_token_id(1)
-        w.add_unk_token_id(3)
+        add_sentencepiece(w, vocab, unk=3, bos=2, eos=1)
         w.add_pad_token_id(0)
         w.add_add_bos_token(True)
         w.add_add_space_prefix(False)
@@ -249,3 +260,30 @@ def sentencepiece_vocab(corpus, n_pieces: int = 120, n_unused: int = 8):
     types = [k for _, k in head] + [1] * (len(tokens) - len(head))
     scores = [-1000.0 if k != 1 else -float(i) for i, k in enumerate(types)]
     return tokens, scores, types
+
+
+def llama_sentencepiece_vocab(corpus, n_pieces: int = 160, user_defined: str = "<|user|>"):
+    """(tokens, scores, token_types) of a small vocabulary laid out as Llama 2's file lays out its
+    own: <unk> (unknown), <s> </s> (control), the 256 byte pieces <0x00>..<0xFF>, then pieces
+    learned from `corpus` by a BPE trainer over "▁"-spelled text with a "▁" in front (space runs
+    "▁▁" among them), scored minus the order they were learned in, then the single characters
+    (scored below every piece), with `user_defined` (user-defined) among the pieces. The learned
+    pieces are stored in the reverse of their scores' order, and pairs of them share a score, so
+    ranking merges by place in the file gives other ids. Two ties that transformers breaks as
+    SentencePiece does are there too: "▁zap" is "▁za" "p" (of "▁z"+"a" and "a"+"p", of one score,
+    the longer left part first, though "ap" comes first in the file) and "▁qu" is "▁" "qu" (of
+    "q"+"u" and "▁"+"q", of one score and length, the piece first in the file first)."""
+    from tokenizers import Tokenizer, models, normalizers, trainers
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=n_pieces, show_progress=False))
+    learned = [t for t, _ in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1])]
+    chars, pieces = [t for t in learned if len(t) == 1], [t for t in learned if len(t) > 1]
+    ties = [("\u2581z", 0.5), ("ap", -0.5), ("\u2581za", -0.5), ("qu", -1.5), ("\u2581q", -1.5)]
+    scored = [(t, -float(i // 2)) for i, t in enumerate(pieces) if t not in dict(ties)][::-1]
+    scored += ties + [(user_defined, 0.0)]
+    chars += [c for c in "\u2581zapqu" if c not in chars]
+    scored += [(t, -float(len(pieces) + i)) for i, t in enumerate(chars)]
+    head = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)] + [(f"<0x{b:02X}>", 0.0, 6) for b in range(256)]
+    rows = head + [(t, score, 4 if t == user_defined else 1) for t, score in scored]
+    return [t for t, _, _ in rows], [s for _, s, _ in rows], [k for _, _, k in rows]

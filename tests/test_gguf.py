@@ -254,15 +254,15 @@ def test_no_tokenizer_given_a_text_prompt(tmp_path, hf_model):
 
 
 def test_a_tokenizer_kina_does_not_build_leaves_token_ids(tmp_path, hf_model):
-    """A llama file with a SentencePiece vocabulary (Kina builds those for Gemma files only) runs
-    from token ids; a text prompt is refused naming the key and saying what to pass instead."""
+    """A llama file with a T5 (Unigram) vocabulary, which Kina does not build, runs from token ids;
+    a text prompt is refused naming the key and saying what to pass instead."""
     from kina.apps import Pretrained
     tokens = [f"t{i}" for i in range(CONFIG["vocab_size"])]
-    path = write(tmp_path, hf_model, "F32", vocab=(tokens, [], [1] * len(tokens)), tokenizer_model="llama")
-    with pytest.raises(CheckpointError, match="tokenizer.ggml.model"):
+    path = write(tmp_path, hf_model, "F32", vocab=(tokens, [], [1] * len(tokens)), tokenizer_model="t5")
+    with pytest.raises(CheckpointError, match="tokenizer.ggml.model' = 't5'"):
         checkpoints.load_text(path)
     m = Pretrained(path, max_seq_len=32)
-    with pytest.raises(CheckpointError, match=r"'tokenizer.ggml.model' = 'llama'.*: pass the prompt as token ids$"):
+    with pytest.raises(CheckpointError, match=r"'tokenizer.ggml.model' = 't5'.*: pass the prompt as token ids$"):
         m.encode("Hello")
     assert len(m.generate(PROMPT[:4], max_new_tokens=3).ids) == 3
 

@@ -1,13 +1,17 @@
 """Text to token ids and back: a `tokenizers.Tokenizer` with the model's special ids.
 
 In:  a Hugging Face folder's tokenizer.json (with tokenizer_config.json, generation_config.json
-     and config.json for the special ids), or a `tokenizers.Tokenizer` that a checkpoint
-     reader built (a GGUF file's vocabulary: kina.models.checkpoints.gguf).
-Out: `Text`, which encodes (adding BOS when the model wants it) and decodes (special tokens
-     skipped), with `bos_id`, `eos_ids` and the chat template, if the model has one.
+     and config.json for the special ids), or a GGUF file's `tokenizer.ggml.*` keys (`from_gguf`,
+     given the metadata kina.models.checkpoints.gguf reads): a "gpt2" vocabulary (byte-level BPE),
+     or a "llama" one (SentencePiece) of an architecture in SENTENCEPIECE (llama: Llama 2,
+     TinyLlama, Mistral v0.1; gemma, gemma2, gemma3).
+Out: `Text`, which encodes (adding BOS, or EOS, when the model wants it) and decodes (special
+     tokens skipped), with `bos_id`, `eos_ids` and the chat template, if the model has one.
 
-Guarantees: a missing or damaged file is a `CheckpointError` naming it; the `tokenizers`
-package is imported only when a tokenizer is read.
+Guarantees: a missing or damaged file is a `CheckpointError` naming it, and a GGUF tokenizer of
+a kind Kina does not build one naming the key; a GGUF file's tokenizer gives the ids, and decodes
+them to the text, that transformers' gives for the same file (`AutoTokenizer.from_pretrained(
+folder, gguf_file=...)`); the `tokenizers` package is imported only when a tokenizer is read.
 """
 from __future__ import annotations
 
@@ -160,10 +164,10 @@ CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type
 
 def from_gguf(meta: dict, where) -> Text:
     """The tokenizer a GGUF file's `tokenizer.ggml.*` keys describe, as transformers builds it from
-    the same file (the `tokenizers` library's BPE), with its special ids, `add_bos_token` and chat
-    template: `model` "gpt2" (GPT-2's byte-level BPE, with the split `pre` names) or "llama"
-    (SentencePiece) of an architecture in SENTENCEPIECE. A file without one, or of a kind Kina does
-    not build, is a CheckpointError naming the key."""
+    the same file (the `tokenizers` library's BPE), with its special ids, `add_bos_token`,
+    `add_eos_token` and chat template: `model` "gpt2" (GPT-2's byte-level BPE, with the split `pre`
+    names) or "llama" (SentencePiece) of an architecture in SENTENCEPIECE. A file without one, or
+    of a kind Kina does not build, is a CheckpointError naming the key."""
     model = meta.get("tokenizer.ggml.model")
     tokens = meta.get("tokenizer.ggml.tokens")
     if model is None or tokens is None:
@@ -177,29 +181,36 @@ def from_gguf(meta: dict, where) -> Text:
         raise CheckpointError(f"{where}: field 'tokenizer.ggml.model' = {model!r}: Kina builds 'gpt2' "
                               "(byte-level BPE) and 'llama' (SentencePiece) tokenizers from GGUF files")
     try:
-        import tokenizers  # noqa: F401
+        from tokenizers import AddedToken, processors
     except ImportError:
         raise CheckpointError("reading a tokenizer needs the tokenizers package (pip install tokenizers)") from None
     types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
     if model == "gpt2":
         tokenizer, tokens = _byte_level(meta, tokens, types, where), list(tokens)
     else:
-        tokenizer, tokens = _sentencepiece(meta, tokens, types)
+        tokenizer, tokens = SENTENCEPIECE[arch](meta, tokens, types)
 
     def special(key):
         i = meta.get(f"tokenizer.ggml.{key}")
         return int(i) if isinstance(i, (int, np.integer)) and 0 <= i < len(tokens) else None
 
     bos, eos, eot = special("bos_token_id"), special("eos_token_id"), special("eot_token_id")
+    # transformers matches its named tokens whole (and skips them in decoding), whatever their type
+    # (those not added already: a user-defined one stays a plain added token)
+    added = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+    named = [tokens[i] for i in (bos, eos, special("unknown_token_id"), special("padding_token_id")) if i is not None]
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in named if t not in added])
     eos_ids = tuple(dict.fromkeys(i for i in (eos, eot) if i is not None))
     template = meta.get("tokenizer.chat_template")
     # llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise (transformers too)
-    add_bos = meta.get("tokenizer.ggml.add_bos_token", model == "llama")
-    if add_bos and bos is not None:  # as transformers: BOS first whatever the text starts with
-        from tokenizers import processors
-        tokenizer.post_processor = processors.TemplateProcessing(single=[tokens[bos], "$A"],
-                                                                 special_tokens=[(tokens[bos], bos)])
-    return Text(tokenizer, bos, eos_ids, bool(add_bos), template if isinstance(template, str) else None,
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", model == "llama")) and bos is not None
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and eos is not None
+    if add_bos or add_eos:  # as transformers: BOS first and EOS last whatever the text holds
+        ends = [tokens[bos]] * add_bos, [tokens[eos]] * add_eos
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=[*ends[0], "$A", *ends[1]],
+            special_tokens=[(tokens[i], i) for i, on in ((bos, add_bos), (eos, add_eos)) if on])
+    return Text(tokenizer, bos, eos_ids, add_bos, template if isinstance(template, str) else None,
                 bos_token=tokens[bos] if bos is not None else None, eos_token=tokens[eos] if eos is not None else None,
                 special={i: t for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL})
 
@@ -229,33 +240,71 @@ def _byte_level(meta: dict, tokens, types: list, where):
     return tokenizer
 
 
-# The GGUF architectures whose SentencePiece vocabulary Kina builds: Gemma's, as transformers
-# builds it from the file (`GemmaTokenizer`), since the file holds pieces and scores but no merges.
-SENTENCEPIECE = ("gemma", "gemma2", "gemma3")
+def _merges(pieces, scores) -> list[tuple[str, str]]:
+    """A SentencePiece vocabulary's merges, as transformers derives them (`generate_merges`): every
+    split of a piece into two pieces, the piece of higher score first, then the longer left part,
+    then the longer right one; ties in all three in the order of the file. A piece written twice
+    keeps its first place and its last score."""
+    score = dict(zip(pieces, scores))
+    splits = [(p[:cut], p[cut:], -float(s)) for p, s in score.items() for cut in range(1, len(p))
+              if p[:cut] in score and p[cut:] in score]
+    splits.sort(key=lambda m: (m[2], -len(m[0]), -len(m[1])))
+    return [(left, right) for left, right, _ in splits]
 
 
-def _sentencepiece(meta: dict, tokens, types: list):
-    """(tokenizer, tokens) of a Gemma file's SentencePiece vocabulary, as a BPE over its pieces:
-      - spaces are "▁" (U+2581) in the text and in the pieces; a piece of spaces alone, which the
-        file stores as spaces ("  "), is spelled with "▁" too (the tokens returned keep that spelling);
-      - the merges are every split of a piece into two pieces, ranked by the piece's place in the
-        file (Gemma's scores do not follow its merge order; the order of its pieces does), the
-        longer left part first;
-      - a character with no piece falls back to its UTF-8 bytes (the <0x..> pieces);
-      - control pieces (<bos>, <start_of_turn>, ...) are special tokens, matched whole, and so are
-        user-defined ones ("\\n", "[multimodal]"), as plain added tokens."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-    spelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
-    rank = {t: i for i, t in enumerate(spelled)}
-    merges = [(t[:cut], t[cut:]) for t in spelled for cut in range(len(t) - 1, 0, -1)
-              if t[:cut] in rank and t[cut:] in rank]
-    unk = meta.get("tokenizer.ggml.unknown_token_id")
-    unk = spelled[int(unk)] if isinstance(unk, (int, np.integer)) and 0 <= unk < len(spelled) else None
+def _sentencepiece(pieces, merges, types: list, unk, user_defined):
+    """A BPE over SentencePiece's pieces (spaces spelled "▁", U+2581, in the pieces): a character
+    with no piece falls back to its UTF-8 bytes (the <0x..> pieces); control pieces (<s>, <bos>,
+    <start_of_turn>, ...) are special tokens, matched whole, and the `user_defined` ones are plain
+    added tokens, matched whole. Decoding turns "▁" back into spaces and byte pieces into text."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+    rank = {t: i for i, t in enumerate(pieces)}
     tokenizer = Tokenizer(models.BPE(rank, merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
-    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
     tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True)
-                                  for t, k in zip(spelled, types) if k == CONTROL])
-    tokenizer.add_tokens([AddedToken(t, normalized=False) for t, k, given in zip(spelled, types, tokens)
-                          if k == USER_DEFINED and t == given])
+                                  for t, k in zip(pieces, types) if k == CONTROL])
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in user_defined])
+    return tokenizer
+
+
+def _llama(meta: dict, tokens, types: list):
+    """(tokenizer, tokens) of a Llama file's SentencePiece vocabulary (Llama 2, TinyLlama,
+    Mistral v0.1), as transformers builds it (`LlamaTokenizer`):
+      - the merges come from the pieces' scores (`_merges`);
+      - every space is "▁", and a "▁" is put before the text unless it starts with one, but not
+        before text that follows an added token (`Metaspace`, prepend "first", no split);
+        decoding takes one leading space off. transformers does this whatever `tokenizer.ggml.add_space_prefix` says, so
+        Kina does too (llama.cpp leaves the "▁" out when the key is false);
+      - the <unk> piece is not the BPE's unknown token (byte fallback covers every character)."""
+    from tokenizers import decoders, pre_tokenizers
+    tokens = list(tokens)
+    scores = meta.get("tokenizer.ggml.scores", [0.0] * len(tokens))
+    user_defined = [t for t, k in zip(tokens, types) if k == USER_DEFINED]
+    tokenizer = _sentencepiece(tokens, _merges(tokens, scores), types, None, user_defined)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    tokenizer.decoder = decoders.Sequence([tokenizer.decoder, decoders.Strip(" ", 1, 0)])
+    return tokenizer, tokens
+
+
+def _gemma(meta: dict, tokens, types: list):
+    """(tokenizer, tokens) of a Gemma file's SentencePiece vocabulary, as transformers builds it
+    (`GemmaTokenizer`):
+      - a piece of spaces alone, which the file stores as spaces ("  "), is spelled with "▁" (the
+        tokens returned keep that spelling), and so is every space of the text (no "▁" put first);
+      - the merges are ranked by the piece's place in the file (Gemma's scores do not follow its
+        merge order; the order of its pieces does);
+      - <unk> is the BPE's unknown token; user-defined pieces ("\\n", "[multimodal]") are added
+        whole, but not the space runs respelled."""
+    from tokenizers import normalizers
+    spelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = spelled[int(unk)] if isinstance(unk, (int, np.integer)) and 0 <= unk < len(spelled) else None
+    user_defined = [t for t, k, given in zip(spelled, types, tokens) if k == USER_DEFINED and t == given]
+    tokenizer = _sentencepiece(spelled, _merges(spelled, range(0, -len(spelled), -1)), types, unk, user_defined)
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
     return tokenizer, spelled
+
+
+# The GGUF architectures whose SentencePiece ("llama") vocabulary Kina builds, and how: the file
+# holds pieces and scores but no merges, and transformers reads them per architecture.
+SENTENCEPIECE = {"llama": _llama, "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma}
