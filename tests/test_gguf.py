@@ -267,6 +267,17 @@ def test_a_tokenizer_kina_does_not_build_leaves_token_ids(tmp_path, hf_model):
     assert len(m.generate(PROMPT[:4], max_new_tokens=3).ids) == 3
 
 
+def test_kina_generate_names_why_a_file_has_no_tokenizer(tmp_path, hf_model, capsys):
+    from kina.apps.cli import main
+    tokens = [f"t{i}" for i in range(CONFIG["vocab_size"])]
+    path = write(tmp_path, hf_model, "F32", vocab=(tokens, [], [1] * len(tokens)), tokenizer_model="t5")
+    capsys.readouterr()
+    assert main(["generate", str(path), "--prompt", "Hello"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kina generate: error: --prompt: ") and "'tokenizer.ggml.model' = 't5'" in err[0] \
+        and err[0].endswith("; pass --prompt-ids instead"), err
+
+
 def header_only(path, rope_freqs=None, vocab_size: int | None = 512, tokens: int = 0):
     """A llama file's keys (head width 64) and perhaps a rope_freqs tensor: enough for read()."""
     w = gguf.GGUFWriter(str(path), arch="llama")

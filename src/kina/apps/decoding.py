@@ -229,10 +229,14 @@ class Pretrained:
         if max_seq_len is not None and max_seq_len > self.context:
             raise ContextError(f"max_seq_len: expected at most the model's context, {self.context}, got {max_seq_len}")
         self.max_seq_len = max_seq_len or self.context
-        try:  # a tokenizer Kina cannot build leaves the model usable with token ids
-            self.text, self._no_text = checkpoints.load_text(self.path), "the model has no tokenizer"
+        # why there is no tokenizer, when there is none: a tokenizer Kina cannot build leaves
+        # the model usable with token ids
+        self.no_text = "the model has no tokenizer" if self.path.is_file() else \
+            "the model has no tokenizer (tokenizer.json: no such file)"
+        try:
+            self.text = checkpoints.load_text(self.path)
         except CheckpointError as e:
-            self.text, self._no_text = None, str(e).removeprefix(f"{self.path}: ")
+            self.text, self.no_text = None, str(e).removeprefix(f"{self.path}: ")
         self.template = self._template(chat_template)
         if weight_dtype is None and self.path.is_file() and DEQUANTIZE_GGUF:
             weight_dtype = np.float32
@@ -265,7 +269,7 @@ class Pretrained:
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.text is None:
-                raise CheckpointError(f"{self.path}: {self._no_text}: pass the prompt as token ids")
+                raise CheckpointError(f"{self.path}: {self.no_text}: pass the prompt as token ids")
             return self.text.encode(prompt)
         return self.model._tokens("prompt", prompt)
 
@@ -274,7 +278,7 @@ class Pretrained:
         if self.template is None:
             raise TemplateError(no_template(self.path))
         if self.text is None:
-            raise CheckpointError(f"{self.path}: {self._no_text} to encode its chat template with")
+            raise CheckpointError(f"{self.path}: {self.no_text} to encode its chat template with")
         # as transformers' apply_chat_template: no BOS added (a template that wants one writes it)
         return self.text.encode(self.template.render(messages, add_generation_prompt), add_special=False)
 

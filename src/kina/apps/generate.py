@@ -88,8 +88,7 @@ def prompt_ids(model, args) -> list[int]:
                                      f"vocab_size = {vocab}")
         return list(args.prompt_ids)
     if model.text is None:
-        raise cli.UsageError(f"--prompt: {model.path} has no tokenizer (tokenizer.json: no such file); pass "
-                             "--prompt-ids instead, or add the model's tokenizer")
+        raise cli.UsageError(f"--prompt: {model.path}: {model.no_text}; pass --prompt-ids instead")
     if args.chat:
         system = [{"role": "system", "content": args.system}] if args.system else []
         return model.chat_ids([*system, {"role": "user", "content": args.prompt}])
