@@ -64,6 +64,13 @@ class DType:
         """Bytes of `elements` values (a whole number of blocks for a block format)."""
         return elements // self.block * self.size
 
+    def bytes_read(self, j: int) -> tuple[int, ...]:
+        """The byte offsets element `j` of a block reads besides the F16 fields (its quants and
+        packed scales), from its `element`, in ascending order."""
+        read: set[int] = set()
+        self.element(_Trace(set(), read), j)
+        return tuple(sorted(read))
+
     @property
     def f16_fields(self) -> tuple[int, ...]:
         """The byte offsets of a block format's F16 fields (its scales and mins), read off its
@@ -77,16 +84,21 @@ class DType:
 
 
 class _Trace:
-    """A byte reader that records which offsets `f16` reads (DType.f16_fields): every byte 0."""
+    """A byte reader that records which offsets `f16` reads (DType.f16_fields) and which `u8` and
+    `i8` read (DType.bytes_read): every byte 0."""
 
-    def __init__(self, seen: set):
-        self.seen = seen
+    def __init__(self, seen: set, read: set | None = None):
+        self.seen, self.read = seen, set() if read is None else read
 
     def f16(self, i):
         self.seen.add(i)
         return 0.0
 
-    u8 = i8 = staticmethod(lambda i: 0)
+    def u8(self, i):
+        self.read.add(i)
+        return 0
+
+    i8 = u8
     float = staticmethod(float)
     where = staticmethod(lambda cond, x, y: x if cond else y)
     affine = staticmethod(lambda a, q, c=None, minus=False: 0.0)

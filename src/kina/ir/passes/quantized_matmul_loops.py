@@ -290,6 +290,10 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
             e_of = list(e_of)
             for g0 in range(0, len(e_of), fmt.group):
                 group = e_of[g0:g0 + fmt.group]
+                if all(isinstance(e, int) for e in group):
+                    # the elements that read one byte side by side (Q4_1's j and j + 16): each
+                    # byte is widened and used at once, not held across the group (which spilled)
+                    group = sorted(group, key=lambda e: fmt.bytes_read(e)[::-1])
                 partial = [zero_v] * (n_rows * n_tiles)
                 xsum = [None] * n_rows
                 parts = None
