@@ -16,7 +16,8 @@ default build). What is timed:
          generation once per variant, in an order rotated by one each round: --mode
          decode times the median step of --new steps after a --prompt-token prompt,
          --mode prefill the prompt alone.
-  row    One decode row x[1, K] @ W[K, N] (x F32, W of --weights), built once per
+  row    One decode row x[1, K] @ W[K, N] (x F32, W of --weights: F32, F16 or a block
+         format's seeded random blocks, in the layout the build reads), built once per
          variant, called on one thread and on --threads, over copies of W that cover
          --working-set-mib so that each call reads W from memory (benchlib.timing's
          rotated input sets and interleaved rounds).
@@ -34,9 +35,12 @@ import sys
 
 import numpy as np
 
+from kina import dtypes
+
 from benchlib import engines
 from benchlib.timing import InputSets, Variant, copies, run_rounds
 
+BLOCK_FORMATS = [d.name for d in dtypes.DTYPES.values() if d.blocked]
 DTYPES = {"f32": (np.float32, None), "f16": (np.float16, None), "f32+f16w": (np.float32, np.float16)}
 
 
@@ -62,7 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--new", type=int, default=32)
     p.add_argument("--k", type=int, default=576)
     p.add_argument("--n", type=int, default=1536)
-    p.add_argument("--weights", choices=["f32", "f16"], default="f16")
+    p.add_argument("--weights", choices=["f32", "f16", *(d.lower() for d in BLOCK_FORMATS)], default="f16")
     p.add_argument("--working-set-mib", type=int, default=512)
     args = p.parse_args(argv)
     for name in ("rounds", "threads", "prompt", "new", "k", "n", "working_set_mib"):
@@ -116,23 +120,34 @@ def time_rows(args) -> tuple[dict, dict]:
     import kina
     from kina.driver.pipeline import Options
     from kina.runtime import empty
-    K, N, wdt = args.k, args.n, {"f32": np.float32, "f16": np.float16}[args.weights]
-    src = f"""let f = fn(x: tensor<F32, [1, 1, {K}], @host>, w: tensor<{args.weights.upper()}, [{K}, {N}], @host>)
+    from kina.runtime.quant import random_blocks, storage
+    K, N, kind = args.k, args.n, args.weights.upper()
+    src = f"""let f = fn(x: tensor<F32, [1, 1, {K}], @host>, w: tensor<{kind}, [{K}, {N}], @host>)
                   -> (tensor<F32, [1, 1, {N}], @host>) {{ (x @ w) }}"""
-    fns = {name: kina.compile_source(src, "<ab_passes>", Options(pass_options=options)).f
-           for name, options in args.variants}
+    try:
+        fns = {name: kina.compile_source(src, "<ab_passes>", Options(pass_options=options)).f
+               for name, options in args.variants}
+    except kina.KinaError as e:  # a block format whose block does not divide --k
+        print(f"ab_passes.py: error: --k {K}, --weights {args.weights}: {e.message}", file=sys.stderr)
+        sys.exit(2)
     rng = np.random.default_rng(K * N)
-    w0 = (rng.standard_normal((K, N)) * K ** -0.5).astype(wdt)
     x = rng.standard_normal((1, 1, K)).astype(np.float32)
-    ws = copies(w0, args.working_set_mib << 20)
-    sets = InputSets([(x, w, empty((1, 1, N), np.float32)) for w in ws], w0.nbytes)
+    if kind in BLOCK_FORMATS:  # seeded random blocks, copied in the layout each variant's build reads
+        w0 = random_blocks(kind, (K, N), rng)
+        layouts = {name: dict(f.signature.layouts).get("w") for name, f in fns.items()}
+    else:
+        w0 = (rng.standard_normal((K, N)) * K ** -0.5).astype({"F32": np.float32, "F16": np.float16}[kind])
+        layouts = {name: None for name in fns}
+    stored = {layout: w0 if kind not in BLOCK_FORMATS else storage(w0, layout) for layout in set(layouts.values())}
+    sets = {layout: InputSets([(x, w, empty((1, 1, N), np.float32)) for w in copies(a, args.working_set_mib << 20)],
+                              a.nbytes) for layout, a in stored.items()}
     results, variants = {}, {}
     for name, f in fns.items():
         results[name] = f(x, w0)[0]
         for t in sorted({1, args.threads}):
-            variants[name, f"{t}T"] = Variant(f"{name}, {t}T", sets, threads=t,
+            variants[name, f"{t}T"] = Variant(f"{name}, {t}T", sets[layouts[name]], threads=t,
                                               run=lambda s, f=f, t=t: f.call_unchecked([s[0], s[1]], [s[2]], t))
-    run_rounds(list(variants.values()), args.rounds, max(2, len(ws) // 2))
+    run_rounds(list(variants.values()), args.rounds, max(2, min(len(s.sets) for s in sets.values()) // 2))
     return {key: [1e6 * s for s in v.samples] for key, v in variants.items()}, results
 
 

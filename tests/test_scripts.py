@@ -106,7 +106,20 @@ def test_ab_passes_row_times_one_and_more_threads():
     check_ab_rows(rows, 3)
 
 
+def test_ab_passes_row_takes_a_block_format():
+    """A Q4_1 row in the tiled layout the builds read: block sums change the order of the sums
+    (not the same bits as the exact build), more tiles a step do not."""
+    proc, rows = ab_passes("row", "--k", "64", "--n", "128", "--weights", "q4_1", "--rounds", "3",
+                           "--working-set-mib", "2", "--threads", "1", "exact=",
+                           "tiles2=quantized-matmul-loops{tiles=2}", "sums=quantized-matmul-loops{block-sums=true}")
+    assert proc.returncode == 0, proc.stderr
+    assert list(rows) == ["exact, 1T", "tiles2, 1T", "sums, 1T"], proc.stdout
+    assert rows["tiles2, 1T"][2] == "same bits" and rows["sums, 1T"][2].startswith("differ"), proc.stdout
+    check_ab_rows(rows, 3)
+
+
 @pytest.mark.parametrize("argv, says", [
+    (["row", "--k", "100", "--weights", "q4_k", "a="], "--k 100, --weights q4_k: Q4_K is blocked along dim 0"),
     (["row", "x"], "expected NAME=PASS_OPTIONS (the options may be empty), got 'x'"),
     (["row", "a=", "a="], "variant names must differ, got a, a"),
     (["row", "a=threads{part=3}"], "variant a: pass_options: threads: unknown option 'part'"),
