@@ -7,7 +7,7 @@ becomes, for each row i (`rows` at a time) and `tiles` tiles of 16 columns at a 
 
     %a0 = vector.load %y[%b, %i, %jt, 0] : vector<16xf32>     ... one vector of sums per row and tile
     scf.for %kb = 0 to 18 iter_args(%a0, ...) {
-      %q = vector.load %wt[%jt, (%kb * 20 + 4) * 16] : vector<16xi8>   // byte 4 of 16 columns' block kb
+      %q = vector.load %wt[%jt, %kb * 320 + 4 * 16] : vector<16xi8>   // byte 4 of 16 columns' block kb
       %w = d * float((q >> s) & 15) + m                         // the format's element, on 16 lanes
       %a0' = %a0 + broadcast(%x[%b, %i, %kb, e]) * %w           // each e of the block in order
     }
@@ -20,8 +20,25 @@ reference's dequantize-then-matmul, unless `fma` (one rounding per multiply-add,
 matmul-loops{fma=true}). The element's scale times quant is exact in F32 for every format
 (at most 11 + 7 + 6 significant bits), so its offset is added with one fused multiply-add
 either way: the bits are unchanged. Loads of a block's bytes are shared by the elements
-that read them (a nibble byte serves e and e + 16). Formats of 256-element blocks run
-their eight sub-blocks of 32 in a loop, each unrolled.
+that read them (a nibble byte serves e and e + 16), and so is every value computed from
+them (`VectorBytes`, `V`: each built once per loop body under a key saying what it is).
+
+Formats of 256-element blocks run their eight sub-blocks of 32 in a loop, each unrolled.
+The formula's index arithmetic on e = 32 sb + l (l = 0..31 a constant) folds exactly
+(`_Index`), so what depends on sb alone is built once per sub-block. For Q4_K, whose
+element reads the nibble byte 16 + 32 (e // 64) + e % 32, shifts it by 4 ((e // 32) % 2)
+and selects its scale and min from the bytes 4, 8 and 12 + (e // 32) % 4:
+
+    scf.for %sb = 0 to 8 {
+      %h = arith.divui %sb, 2 ; %r = arith.remui %sb, 4 ; %s = 4 * (%sb % 2) ; %low = %sb < 4
+      %sc = select(%low, u8(%kb * 2304 + %r * 16 + 64) & 63, ...)     ... and %m, once
+      %a = d * float(%sc) ; %c = -(dmin * float(%m))                    ... once
+      %q_l = vector.load %wt[%jt, %kb * 2304 + %h * 512 + (16 + l) * 16]  // l = 0..31
+      %w_l = fma(%a, float((%q_l >> %s) & 15), %c)
+    }
+
+rather than each of the 32 elements dividing 32 sb + l afresh and loading, masking and
+selecting its scale and min again.
 
 In:  after bufferization and the threads pass (on memrefs, a part's subviews). Out: each
 tiled fused quantized matmul as loops; one in GGUF's row layout is left to
@@ -73,42 +90,32 @@ class QuantizedMatmulLoops(KinaPass):
 
 
 class VectorBytes:
-    """A format's byte reader (kina.dtypes) on 16 columns at once: byte `off` of block `kb` of the
-    tile `row` of the tiled weight is one vector<16xi8> load; each is loaded once (memoized)."""
+    """A format's byte reader (kina.dtypes) on 16 columns at once: byte `off` of a block of the
+    tile `row` of the tiled weight is one vector<16xi8> load at `column(off)` (`_columns`).
+    `off` is an int or an `_Index`; every load, widening and operation on them is built once
+    per loop body (`memo`, keyed by what it computes), so the 32 elements of a sub-block read
+    and widen its scale once."""
 
-    def __init__(self, w, row, kb, size: int, split: bool = False):
-        self.w, self.row, self.kb, self.size, self.split = w, row, kb, size, split
-        self.loaded: dict = {}
-        self.made: dict = {}  # (what, static offset) -> its value: each field widened once a block
-        self.kb_base = arith.MulIOp(kb, index(size)).result
-
-    def _once(self, what: str, off, make):
-        if not isinstance(off, int):
-            return make()
-        key = (what, off)
-        if key not in self.made:
-            self.made[key] = make()
-        return self.made[key]
+    def __init__(self, w, row, column, split: bool = False):
+        self.w, self.row, self.column, self.split = w, row, column, split
+        self.memo: dict = {}
 
     def _bytes(self, off) -> ir.Value:
-        if isinstance(off, int) and off in self.loaded:  # a dynamic offset is loaded again (LLVM merges those)
-            return self.loaded[off]
-        o = index(off) if isinstance(off, int) else off.value_of()
-        col = arith.MulIOp(arith.AddIOp(self.kb_base, o).result, index(LANES)).result
         vt = ir.VectorType.get([LANES], ir.IntegerType.get_signless(8))
-        loaded = vector.LoadOp(vt, self.w, [self.row, col]).result
-        if isinstance(off, int):
-            self.loaded[off] = loaded
-        return loaded
+        return _once(self.memo, ("bytes", _key(off)),
+                     lambda: vector.LoadOp(vt, self.w, [self.row, self.column(off)]).result)
 
     def _i32(self):
         return ir.VectorType.get([LANES], ir.IntegerType.get_signless(32))
 
+    def _v(self, key, make):
+        return _once(self.memo, key, lambda: V(make(), memo=self.memo, key=key))
+
     def u8(self, off):
-        return self._once("u8", off, lambda: V(arith.ExtUIOp(self._i32(), self._bytes(off)).result))
+        return self._v(("u8", _key(off)), lambda: arith.ExtUIOp(self._i32(), self._bytes(off)).result)
 
     def i8(self, off):
-        return self._once("i8", off, lambda: V(arith.ExtSIOp(self._i32(), self._bytes(off)).result))
+        return self._v(("i8", _key(off)), lambda: arith.ExtSIOp(self._i32(), self._bytes(off)).result)
 
     def f16(self, off):
         def make():
@@ -116,18 +123,17 @@ class VectorBytes:
             i16 = ir.VectorType.get([LANES], ir.IntegerType.get_signless(16))
             bits = arith.TruncIOp(i16, (lo | (hi << 8)).value).result
             h = arith.BitcastOp(ir.VectorType.get([LANES], ir.F16Type.get()), bits).result
-            return V(arith.ExtFOp(ir.VectorType.get([LANES], ir.F32Type.get()), h).result)
-        return self._once("f16", off, make)
+            return arith.ExtFOp(ir.VectorType.get([LANES], ir.F32Type.get()), h).result
+        return self._v(("f16", _key(off)), make)
 
-    @staticmethod
-    def float(q):
-        return V(arith.SIToFPOp(ir.VectorType.get([LANES], ir.F32Type.get()), q.value).result)
+    def float(self, q):
+        return self._v(("float", q.key),
+                       lambda: arith.SIToFPOp(ir.VectorType.get([LANES], ir.F32Type.get()), q.value).result)
 
-    @staticmethod
-    def where(c, x, y):
+    def where(self, c, x, y):
         if isinstance(c, bool):
             return x if c else y
-        return V(arith.SelectOp(c.value, x.value, y.value).result)
+        return self._v(("where", c.key, x.key, y.key), lambda: arith.SelectOp(c.value, x.value, y.value).result)
 
     def affine(self, a, q, c=None, minus=False):
         if self.split:  # block sums: the parts, for the loops to combine
@@ -144,13 +150,46 @@ class Affine(NamedTuple):
     minus: bool
 
 
-class V:
-    """A vector value under the formula's operators (ints become splat constants). A product
-    waits to see whether an offset is added to it: then it is one fused multiply-add, which
-    is exact for a format's scale times quant (see the module doc)."""
+def _columns(kb, size: int):
+    """column(off): where byte `off` (an int or an `_Index`) of block kb starts in a tile's row
+    (16 columns a byte), built once per offset and shared by the tiles."""
+    kb16, made = arith.MulIOp(kb, index(size * LANES)).result, {}
 
-    def __init__(self, value, product=None):
+    def column(off) -> ir.Value:
+        def make():
+            add, col = (off, kb16) if isinstance(off, int) else (off.add, dynamic(off + -off.add))
+            return arith.AddIOp(col, index(add * LANES)).result if add else col
+
+        def dynamic(dyn):  # kb16 + 16 * an offset's dynamic part, shared by its constants
+            return _once(made, dyn.key, lambda: arith.AddIOp(kb16, (dyn * LANES).value_of()).result)
+        return _once(made, _key(off), make)
+    return column
+
+
+def _once(memo: dict, key, make):
+    """memo[key], made by make() the first time."""
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
+def _key(o):
+    """What a formula's operand computes, as a hashable key (a value's, an index's, a constant's)."""
+    if isinstance(o, (V, _Index)):
+        return o.key
+    return ("const", type(o).__name__, o)
+
+
+class V:
+    """A vector value under the formula's operators (ints become splat constants), each result
+    built once per `memo` under the key of what it computes. A product waits to see whether an
+    offset is added to it: then it is one fused multiply-add, which is exact for a format's
+    scale times quant (see the module doc)."""
+
+    def __init__(self, value, product=None, memo=None, key=None):
         self._value, self.product = value, product
+        self.memo = {} if memo is None else memo
+        self.key = ("value", self) if key is None else key  # unkeyed: only itself is the same
 
     @property
     def value(self) -> ir.Value:
@@ -158,81 +197,156 @@ class V:
             self._value = arith.MulFOp(*self.product).result
         return self._value
 
+    def _type(self):
+        return self.product[0].type if self._value is None else self._value.type  # a product stays unmade
+
     def _of(self, o) -> ir.Value:
         if isinstance(o, V):
             return o.value
-        t = self.product[0].type if self._value is None else self._value.type
-        elt = ir.VectorType(t).element_type
+        t = self._type()
         if isinstance(o, (Sym, _Index)):
             return o.as_i32(t)
-        return vector.BroadcastOp(t, arith.ConstantOp(elt, o).result).result
+        return _once(self.memo, ("splat", str(t), _key(o)), lambda: vector.BroadcastOp(
+            t, arith.ConstantOp(ir.VectorType(t).element_type, o).result).result)
 
     def _float(self) -> bool:
-        t = self.product[0].type if self._value is None else self._value.type  # a product stays unmade
-        return not isinstance(ir.VectorType(t).element_type, ir.IntegerType)
+        return not isinstance(ir.VectorType(self._type()).element_type, ir.IntegerType)
 
-    def __and__(self, o): return V(arith.AndIOp(self.value, self._of(o)).result)  # noqa: E704
-    def __or__(self, o): return V(arith.OrIOp(self.value, self._of(o)).result)  # noqa: E704
-    def __rshift__(self, o): return V(arith.ShRUIOp(self.value, self._of(o)).result)  # noqa: E704
-    def __lshift__(self, o): return V(arith.ShLIOp(self.value, self._of(o)).result)  # noqa: E704
+    def _op(self, name, o, make):
+        """The result of `name` on self and o, made (make() -> (value, product)) once."""
+        key = (name, self.key, _key(o))
+        return _once(self.memo, key, lambda: V(*make(), memo=self.memo, key=key))
+
+    def _int(self, name, o, op):
+        return self._op(name, o, lambda: (op(self.value, self._of(o)).result,))
+
+    def __and__(self, o): return self._int("&", o, arith.AndIOp)  # noqa: E704
+    def __or__(self, o): return self._int("|", o, arith.OrIOp)  # noqa: E704
+    def __rshift__(self, o): return self._int(">>", o, arith.ShRUIOp)  # noqa: E704
+    def __lshift__(self, o): return self._int("<<", o, arith.ShLIOp)  # noqa: E704
 
     def __mul__(self, o):
         if self._float():
-            return V(None, (self.value, self._of(o)))
-        return V(arith.MulIOp(self.value, self._of(o)).result)
+            return self._op("*", o, lambda: (None, (self.value, self._of(o))))
+        return self._int("*", o, arith.MulIOp)
 
     def __add__(self, o):
-        if not self._float():
-            return V(arith.AddIOp(self.value, self._of(o)).result)
-        if self._value is None:  # scale * quant + offset: exact product, one rounding
-            return V(math.FmaOp(*self.product, self._of(o)).result)
-        return V(arith.AddFOp(self.value, self._of(o)).result)
+        def make():
+            if not self._float():
+                return arith.AddIOp(self.value, self._of(o)).result,
+            if self._value is None:  # scale * quant + offset: exact product, one rounding
+                return math.FmaOp(*self.product, self._of(o)).result,
+            return arith.AddFOp(self.value, self._of(o)).result,
+        return self._op("+", o, make)
 
     def __neg__(self):
-        return V(arith.NegFOp(self.value).result)
+        return self._op("neg", None, lambda: (arith.NegFOp(self.value).result,))
 
     def __sub__(self, o):
-        if not self._float():
-            return V(arith.SubIOp(self.value, self._of(o)).result)
-        if self._value is None:
-            return V(math.FmaOp(*self.product, arith.NegFOp(self._of(o)).result).result)
-        return V(arith.SubFOp(self.value, self._of(o)).result)
+        def make():
+            if not self._float():
+                return arith.SubIOp(self.value, self._of(o)).result,
+            if self._value is None:
+                neg = (-o).value if isinstance(o, V) else arith.NegFOp(self._of(o)).result
+                return math.FmaOp(*self.product, neg).result,
+            return arith.SubFOp(self.value, self._of(o)).result,
+        return self._op("-", o, make)
 
 
 class _Index:
-    """A dynamic index the formula computes with (a sub-block's element: sb * 32 + l): ints
-    fold, `value_of()` builds the index value."""
+    """A dynamic index the formula computes with, kept as an affine form: the sum of `terms`
+    (base key, coefficient) plus `add`. A base is a dynamic index named by what it computes:
+    ("sb",), the sub-block, or (form, "//", d) and (form, "%", d) of another form. With
+    e = 32 sb + l (l an int) the formula's divisions fold exactly: e // 32 is sb, e % 32 the
+    int l, e // 64 the base sb // 2, e % 64 is 32 (sb % 2) + l. For m v + c, 0 <= c < m:
+    (m v + c) // d = (m/d) v + c // d and (m v + c) % d = c % d when d divides m;
+    = v // (d/m) and m (v % (d/m)) + c when m divides d; otherwise the division is a new
+    base. Every value is built once per loop body (`memo`)."""
 
-    def __init__(self, value_of):
-        self.value_of = value_of
+    def __init__(self, memo: dict, terms=(), add: int = 0):
+        self.memo, self.add = memo, add
+        self.terms = tuple(sorted(((k, m) for k, m in terms if m), key=repr))
 
-    def _wrap(self, fn):
-        return _Index(lambda: fn(self.value_of()))
+    @property
+    def key(self):
+        return ("index", self.terms, self.add)
+
+    def _form(self, terms, add=0):
+        form = _Index(self.memo, terms, add)
+        return form if form.terms else add  # no dynamic part left: an int
 
     def __add__(self, o):
         if isinstance(o, _Index):
-            return _Index(lambda: arith.AddIOp(self.value_of(), o.value_of()).result)
-        return self if o == 0 else self._wrap(lambda v: arith.AddIOp(v, index(o)).result)
+            merged: dict = dict(self.terms)
+            for k, m in o.terms:
+                merged[k] = merged.get(k, 0) + m
+            return self._form(merged.items(), self.add + o.add)
+        return self._form(self.terms, self.add + o)
 
     __radd__ = __add__
 
     def __mul__(self, o):
-        return self._wrap(lambda v: arith.MulIOp(v, index(o)).result)
+        return self._form(((k, m * o) for k, m in self.terms), self.add * o)
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, o):
-        return self._wrap(lambda v: arith.DivUIOp(v, index(o)).result)
+    def _base(self, op, d):
+        """The base (self op d), and for % of a base v % a where d divides a, v % d."""
+        if op == "%" and d == 1:
+            return 0
+        if op == "%" and self.add == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
+            inner = self.terms[0][0]
+            if len(inner) == 3 and inner[1] == "%" and inner[2] % d == 0:
+                return self._form([((inner[0], "%", d), 1)])
+        return self._form([((self.key, op, d), 1)])
 
-    def __mod__(self, o):
-        return self._wrap(lambda v: arith.RemUIOp(v, index(o)).result)
+    def _single(self, d):
+        """(v, m) when self is m v + c with 0 <= c < m and m divides d, else None."""
+        if len(self.terms) == 1 and 0 <= self.add < self.terms[0][1] and d % self.terms[0][1] == 0:
+            return self._form([(self.terms[0][0], 1)]), self.terms[0][1]
+        return None
+
+    def __floordiv__(self, d):
+        if self.add >= 0 and all(m % d == 0 for _, m in self.terms):
+            return self._form(((k, m // d) for k, m in self.terms), self.add // d)
+        if (vm := self._single(d)) is not None:
+            return vm[0]._base("//", d // vm[1])
+        return self._base("//", d)
+
+    def __mod__(self, d):
+        if self.add >= 0 and all(m % d == 0 for _, m in self.terms):
+            return self.add % d
+        if (vm := self._single(d)) is not None:
+            return vm[0]._base("%", d // vm[1]) * vm[1] + self.add
+        return self._base("%", d)
+
+    def _base_value(self, key) -> ir.Value:
+        def make():
+            form, op, d = key
+            v = _Index(self.memo, form[1], form[2]).value_of()
+            return (arith.DivUIOp if op == "//" else arith.RemUIOp)(v, index(d)).result
+        return _once(self.memo, key, make)  # ("sb",) is in the memo from the start
+
+    def value_of(self) -> ir.Value:
+        def make():
+            if self.add and self.terms:
+                return arith.AddIOp(self._form(self.terms).value_of(), index(self.add)).result
+            v = None
+            for k, m in self.terms:
+                t = self._base_value(k) if m == 1 else arith.MulIOp(self._base_value(k), index(m)).result
+                v = t if v is None else arith.AddIOp(v, t).result
+            return index(self.add) if v is None else v
+        return _once(self.memo, ("value", self.key), make)
 
     def __lt__(self, o):
-        return V(arith.CmpIOp(arith.CmpIPredicate.ult, self.value_of(), index(o)).result)
+        return _once(self.memo, ("<", self.key, o), lambda: V(
+            arith.CmpIOp(arith.CmpIPredicate.ult, self.value_of(), index(o)).result, key=("<", self.key, o)))
 
     def as_i32(self, like):
-        v = arith.IndexCastOp(ir.IntegerType.get_signless(32), self.value_of()).result
-        return vector.BroadcastOp(like, v).result
+        def make():
+            v = arith.IndexCastOp(ir.IntegerType.get_signless(32), self.value_of()).result
+            return vector.BroadcastOp(like, v).result
+        return _once(self.memo, ("i32", self.key, str(like)), make)
 
 
 def _emit(op, options: QuantizedMatmulLoops) -> None:
@@ -269,7 +383,8 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
             """Add the elements e_of(l) of block kb (l = 0 .. count-1) into the sums, in order."""
             if options.block_sums:
                 return grouped(kb, e_of, sums)
-            readers = [VectorBytes(w, t, kb, fmt.size) for t in tiles]
+            column = _columns(kb, fmt.size)
+            readers = [VectorBytes(w, t, column) for t in tiles]
             sums = list(sums)
             for e in e_of:
                 ws = [widen_w(fmt.element(rd, e).value) for rd in readers]
@@ -284,7 +399,8 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
         def grouped(kb, e_of, sums):
             """block-sums: per group of the block, sum(x q) per row and tile (fused multiply-adds),
             then sums += a * that + c * sum(x)."""
-            readers = [VectorBytes(w, t, kb, fmt.size, split=True) for t in tiles]
+            column = _columns(kb, fmt.size)
+            readers = [VectorBytes(w, t, column, split=True) for t in tiles]
             sums = list(sums)
             zero_v = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(acc_elt, 0.0))).result
             e_of = list(e_of)
@@ -326,8 +442,8 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
                 return elements(kb, range(fmt.block), sums)
 
             def sub(sb, *s):
-                base = _Index(lambda: arith.MulIOp(sb, index(32)).result)
-                return elements(kb, [base + l for l in range(32)], s)
+                e = _Index({("sb",): sb}, [(("sb",), 32)])  # 32 sb + l: the formula's divisions fold
+                return elements(kb, [e + l for l in range(32)], s)
             return loop(zero, index(fmt.block // 32), one, sub, sums)
         sums = loop(zero, KB, one, block, start)
         for k, (r, t) in enumerate((r, t) for r in rows for t in tiles):
