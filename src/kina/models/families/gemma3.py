@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ROPE_TYPES, DecoderConfig, Rope
-from . import Family, Tensor, gguf_keys
+from ..config import DecoderConfig, Rope
+from . import Family, Tensor, gguf_keys, hf_keys
 from .llama import constants, dims  # the kernel's sizes, eps and scale: named as the Llama kernel's
 
 ARCHITECTURES = {"Gemma3ForCausalLM": "gemma3_text"}
@@ -132,24 +132,7 @@ def _hf_ropes(f) -> tuple[Rope, Rope]:
         full["rope_theta"] = f.get("rope_theta", GLOBAL_THETA)
         local = {"rope_theta": f.get("rope_local_base_freq", LOCAL_THETA)}
     where = "rope_parameters" if given is not None else "rope_scaling"
-    return _rope(f, where, full), _rope(f, where, local)
-
-
-def _rope(f, where: str, params: dict) -> Rope:
-    if "type" in params and "rope_type" not in params:  # the older spelling
-        params["rope_type"] = params.pop("type")
-    kind = params.get("rope_type", "default")
-    if kind not in ROPE_TYPES:
-        f.refuse(where, f"rope_type {kind!r} is not supported (Kina computes {', '.join(ROPE_TYPES)})")
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
-        f.refuse(where, f"partial_rotary_factor {params['partial_rotary_factor']} is not supported (only 1.0)")
-    theta = params.get("rope_theta")
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-        f.refuse(where, f"rope_theta must be a number > 0, got {theta!r}")
-    try:
-        return Rope.of(float(theta), {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")})
-    except (TypeError, ValueError) as e:
-        f.refuse(where, str(e))
+    return hf_keys.rope(f, where, full), hf_keys.rope(f, where, local)
 
 
 def config_from_gguf(f, arch: str) -> DecoderConfig:

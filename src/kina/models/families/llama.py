@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ROPE_TYPES, DecoderConfig, Rope
-from . import Family, Tensor, gguf_keys
+from ..config import DecoderConfig, Rope
+from . import Family, Tensor, gguf_keys, hf_keys
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 
@@ -95,22 +95,8 @@ def hf_rope(f) -> Rope:
     if not rope:
         rope = dict(f.get("rope_scaling", {}) or {})
         where = "rope_scaling"
-        rope.setdefault("rope_theta", f.get("rope_theta", 10000.0))
-    if "type" in rope and "rope_type" not in rope:  # the older spelling
-        rope["rope_type"] = rope.pop("type")
-    kind = rope.get("rope_type", "default")
-    if kind not in ROPE_TYPES:
-        f.refuse(where, f"rope_type {kind!r} is not supported (Kina computes {', '.join(ROPE_TYPES)})")
-    if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        f.refuse(where, f"partial_rotary_factor {rope['partial_rotary_factor']} is not supported (only 1.0)")
-    theta = rope.get("rope_theta", f.get("rope_theta", 10000.0))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-        f.refuse(where, f"rope_theta must be a number > 0, got {theta!r}")
-    params = {k: v for k, v in rope.items() if k not in ("rope_type", "rope_theta", "partial_rotary_factor")}
-    try:
-        return Rope.of(float(theta), {"rope_type": kind, **params})
-    except (TypeError, ValueError) as e:
-        f.refuse(where, str(e))
+    rope.setdefault("rope_theta", f.get("rope_theta", 10000.0))
+    return hf_keys.rope(f, where, rope)
 
 
 def config_from_gguf(f, arch: str) -> DecoderConfig:
