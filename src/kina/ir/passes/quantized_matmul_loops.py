@@ -3,7 +3,8 @@
     linalg.generic {kina.quantized = "Q4_1"} ins(%x : memref<1x1x18x32xf32>, %wt, %wt, ...)
                                              outs(%y : memref<1x1x36x16xf32>)
             // (b, i, jt, kb, e, jl): acc + x[b, i, kb, e] * element(bytes of column jt*16+jl, block kb, e)
-becomes, for each row i (`rows` at a time) and `tiles` tiles of 16 columns at a time,
+becomes, for each row i (`rows` at a time, with `rows-tiles` tiles of 16 columns a step; a single
+row with `tiles`),
 
     %a0 = vector.load %y[%b, %i, %jt, 0] : vector<16xf32>     ... one vector of sums per row and tile
     scf.for %kb = 0 to 18 iter_args(%a0, ...) {
@@ -69,8 +70,11 @@ class QuantizedMatmulLoops(KinaPass):
     optimisation = True
     rows: int = option(4, "rows of x a step takes at once (their sums in registers; the rest one at a time)",
                        check=lambda n: 1 <= n <= 8, expected="an integer from 1 to 8")
-    tiles: int = option(4, "tiles of 16 columns a step takes at once", check=lambda n: 1 <= n <= 8,
+    tiles: int = option(4, "tiles of 16 columns a step of one row takes at once (a decode step's, and the rows "
+                        "past the last whole step of `rows`)", check=lambda n: 1 <= n <= 8,
                         expected="an integer from 1 to 8")
+    rows_tiles: int = option(2, "tiles of 16 columns a step of `rows` rows takes at once (a prefill's)",
+                             check=lambda n: 1 <= n <= 8, expected="an integer from 1 to 8")
     fma: bool = option(False, "fused multiply-adds for the sums (one rounding per k): not the bits of -O0")
     block_sums: bool = option(False, "sum x * q over each group of a block first, then scale it and add the "
                               "group's offset times the sum of x (a * sum(x q) + c * sum(x): fewer operations, "
@@ -457,13 +461,14 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
 
     def per_batch(b):
         def rows_from(i0, n_rows):
-            # whole steps of `tiles` tiles, then one at a time (none of either when NT is static and says so)
-            if nt_static == DYN or nt_static >= options.tiles:
-                t_main = rest(NT, options.tiles) if nt_static == DYN or nt_static % options.tiles else NT
-                loop(zero, t_main, index(options.tiles), lambda t0: step(b, i0, n_rows, t0, options.tiles))
+            # whole steps of n_tiles tiles, then one at a time (none of either when NT is static and says so)
+            n_tiles = options.tiles if n_rows == 1 else options.rows_tiles
+            if nt_static == DYN or nt_static >= n_tiles:
+                t_main = rest(NT, n_tiles) if nt_static == DYN or nt_static % n_tiles else NT
+                loop(zero, t_main, index(n_tiles), lambda t0: step(b, i0, n_rows, t0, n_tiles))
             else:
                 t_main = zero
-            if nt_static == DYN or nt_static % options.tiles:
+            if nt_static == DYN or nt_static % n_tiles:
                 loop(t_main, NT, one, lambda t0: step(b, i0, n_rows, t0, 1))
         if i_static == DYN or i_static >= options.rows:  # a decode step's one row: no tile of rows
             i_main = rest(I, options.rows) if i_static == DYN or i_static % options.rows else I
