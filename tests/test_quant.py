@@ -95,6 +95,7 @@ def test_the_dtype_table_knows_every_spelling():
             assert gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, d.name)] == (d.block, d.size)
             assert d.mlir == "i8" and d.numpy == "uint8" and d.wide == "F32" and d.element is not None
             assert d.f16_fields == SCALES[d.name]  # read off the formula, as ggml-common.h lays them out
+            assert d.offset == (d.name in ("Q4_1", "Q4_K"))  # a min added to the scaled quant
         else:
             assert dtypes.by_safetensors(d.safetensors) is d and dtypes.by_hf(d.hf) is d
             assert dtypes.by_numpy(d.numpy) is d

@@ -64,6 +64,15 @@ class DType:
         """Bytes of `elements` values (a whole number of blocks for a block format)."""
         return elements // self.block * self.size
 
+    @property
+    def offset(self) -> bool:
+        """Does a block format's element add an offset to its scaled quant (`affine`'s c: Q4_1's
+        min, Q4_K's), rather than scale it alone? Read off `element`."""
+        trace = _Trace(set())
+        for j in range(self.block):
+            self.element(trace, j)
+        return trace.offset
+
     def bytes_read(self, j: int) -> tuple[int, ...]:
         """The byte offsets element `j` of a block reads besides the F16 fields (its quants and
         packed scales), from its `element`, in ascending order."""
@@ -101,7 +110,11 @@ class _Trace:
     i8 = u8
     float = staticmethod(float)
     where = staticmethod(lambda cond, x, y: x if cond else y)
-    affine = staticmethod(lambda a, q, c=None, minus=False: 0.0)
+    def affine(self, a, q, c=None, minus=False):
+        self.offset = self.offset or c is not None
+        return 0.0
+
+    offset = False
 
 
 # -- the block formats' values (GGUF's layouts: ggml-common.h, ggml-quants.c) ----------------

@@ -3,8 +3,8 @@
     linalg.generic {kina.quantized = "Q4_1"} ins(%x : memref<1x1x18x32xf32>, %wt, %wt, ...)
                                              outs(%y : memref<1x1x36x16xf32>)
             // (b, i, jt, kb, e, jl): acc + x[b, i, kb, e] * element(bytes of column jt*16+jl, block kb, e)
-becomes, for each row i (`rows` at a time, with `rows-tiles` tiles of 16 columns a step; a single
-row with `tiles`),
+becomes, for each row i (`rows` at a time, with `rows-tiles` tiles of 16 columns a step: 4, or 2 when
+those would not fit in registers; a single row with `tiles`),
 
     %a0 = vector.load %y[%b, %i, %jt, 0] : vector<16xf32>     ... one vector of sums per row and tile
     scf.for %kb = 0 to 18 iter_args(%a0, ...) {
@@ -73,8 +73,10 @@ class QuantizedMatmulLoops(KinaPass):
     tiles: int = option(4, "tiles of 16 columns a step of one row takes at once (a decode step's, and the rows "
                         "past the last whole step of `rows`)", check=lambda n: 1 <= n <= 8,
                         expected="an integer from 1 to 8")
-    rows_tiles: int = option(2, "tiles of 16 columns a step of `rows` rows takes at once (a prefill's)",
-                             check=lambda n: 1 <= n <= 8, expected="an integer from 1 to 8")
+    rows_tiles: int = option(0, "tiles of 16 columns a step of `rows` rows takes at once (a prefill's); 0: the "
+                             "most of 4 and 2 whose sums, per-tile scales and offsets and row broadcasts fit in "
+                             "24 vector registers (rows_tiles_for)", check=lambda n: 0 <= n <= 8,
+                             expected="an integer from 0 to 8")
     fma: bool = option(False, "fused multiply-adds for the sums (one rounding per k): not the bits of -O0")
     block_sums: bool = option(False, "sum x * q over each group of a block first, then scale it and add the "
                               "group's offset times the sum of x (a * sum(x q) + c * sum(x): fewer operations, "
@@ -353,6 +355,16 @@ class _Index:
         return _once(self.memo, ("i32", self.key, str(like)), make)
 
 
+def rows_tiles_for(fmt, rows: int) -> int:
+    """The tiles a step of `rows` rows takes when rows-tiles is 0: 4, unless its live vectors (a
+    sum per row and tile, each tile's scale and offset, a broadcast per row) pass 24 of AVX-512's
+    32 registers, then 2. On SmolLM2-135M's 37-token prefill, 4 tiles spilled for Q4_1 (2 were
+    22% faster) and 2 were 8-15% slower for Q8_0, Q4_0 and Q5_0 (docs/log/2026-12-05-quiet-reruns.md)."""
+    def live(tiles):
+        return rows * tiles + tiles * (2 if fmt.offset else 1) + rows
+    return 4 if live(4) <= 24 else 2
+
+
 def _emit(op, options: QuantizedMatmulLoops) -> None:
     fmt = dtypes.by_name(ir.StringAttr(op.attributes[QUANTIZED]).value)
     x, w = list(op.inputs)[:2]
@@ -462,7 +474,7 @@ def _emit(op, options: QuantizedMatmulLoops) -> None:
     def per_batch(b):
         def rows_from(i0, n_rows):
             # whole steps of n_tiles tiles, then one at a time (none of either when NT is static and says so)
-            n_tiles = options.tiles if n_rows == 1 else options.rows_tiles
+            n_tiles = options.tiles if n_rows == 1 else options.rows_tiles or rows_tiles_for(fmt, n_rows)
             if nt_static == DYN or nt_static >= n_tiles:
                 t_main = rest(NT, n_tiles) if nt_static == DYN or nt_static % n_tiles else NT
                 loop(zero, t_main, index(n_tiles), lambda t0: step(b, i0, n_rows, t0, n_tiles))
