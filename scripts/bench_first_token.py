@@ -39,7 +39,7 @@ import sys, time, json
 marks = {"code": time.time()}
 import numpy as np
 from kina.apps import Pretrained, decoding
-from kina.models import decoder
+from kina.models import kernels
 from kina.models.sampling import Sampler
 marks["imports"] = time.time()
 wdt = None if sys.argv[4] == "stored" else np.dtype(sys.argv[4].lower().replace("f", "float"))
@@ -52,7 +52,7 @@ class Watch:
     def __init__(self, kernel, options): pass
     def __enter__(self): build.append(time.time())
     def __exit__(self, *a): build.append(time.time())
-decoder.watch_build = Watch
+kernels.watch_build = Watch
 model.load_model()
 marks["loaded"] = time.time()
 prefill = []

@@ -78,14 +78,14 @@ def test_why_it_stopped_and_json(chat_folder, capsys, tmp_path):
 def test_the_first_build_is_announced(chat_folder, tmp_path, monkeypatch, capsys):
     """Before a kernel build that is not in the compile cache: one line saying what is compiled, that
     it happens once, and where it is cached; nothing on a cache hit."""
-    from kina.models import decoder
+    from kina.models import kernels
     seen = []
     with watching_builds(Status(enabled=False)):
-        watch = decoder.watch_build
-        decoder.watch_build = lambda kernel, options: (seen.append((kernel, options)), watch(kernel, options))[1]
-        decoder._program.cache_clear()  # build (from the cache, filled by the fixtures) in this process again
+        watch = kernels.watch_build
+        kernels.watch_build = lambda kernel, options: (seen.append((kernel, options)), watch(kernel, options))[1]
+        kernels.program.cache_clear()  # build (from the cache, filled by the fixtures) in this process again
         Pretrained(chat_folder, max_seq_len=64)
-    assert decoder.watch_build is None and len(seen) == 1
+    assert kernels.watch_build is None and len(seen) == 1
     assert capsys.readouterr().err == ""  # in the cache: nothing said
     monkeypatch.setenv("KINA_CACHE_DIR", str(tmp_path / "empty"))
     kernel, options = seen[0]

@@ -141,8 +141,8 @@ def test_a_threaded_model_kernel_keeps_no_plain_copy_of_its_functions(monkeypatc
     """A model large enough to run on threads builds its kernel with threads{copy=false} (half
     the code to compile); a small one splits no symbolic op, so it has no threaded entry to call."""
     import kina
-    from kina.models import decoder
+    from kina.models import kernels
     monkeypatch.setattr(kina, "compile_file", lambda kernel, options, **kw: options.pass_options)
-    build = decoder._program.__wrapped__
+    build = kernels.program.__wrapped__
     assert build(Path("k.kina"), (), (), fma=True, threaded=True).split(",")[-1] == "threads{copy=false}"
     assert build(Path("k.kina"), (), (), threaded=False) == "threads{symbolic=false}"

@@ -74,7 +74,7 @@ def build_line(kernel: Path, options) -> str:
 
 
 class _Build:
-    """The context a kernel build runs in (kina.models.decoder.watch_build)."""
+    """The context a kernel build runs in (kina.models.kernels.watch_build)."""
 
     def __init__(self, status: Status, kernel: Path, options):
         self.status, self.kernel, self.options = status, Path(kernel), options
@@ -104,13 +104,13 @@ class _Build:
 @contextlib.contextmanager
 def watching_builds(status: Status):
     """Announce every kernel build that starts in the block and is not in the compile cache."""
-    from ..models import decoder
-    before = decoder.watch_build
-    decoder.watch_build = lambda kernel, options: _Build(status, kernel, options)
+    from ..models import kernels
+    before = kernels.watch_build
+    kernels.watch_build = lambda kernel, options: _Build(status, kernel, options)
     try:
         yield
     finally:
-        decoder.watch_build = before
+        kernels.watch_build = before
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b",

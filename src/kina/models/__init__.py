@@ -1,9 +1,11 @@
 """The models: decoder-only transformers whose every layer is one compiled Kina call.
 
     config.py       DecoderConfig: an architecture's numbers, nothing else (and Rope)
-    families/       one module per architecture family, with its kernel (llama.py + llama.kina), and
-                    the blocks kernels share (blocks.kina)
+    families/       one module per architecture family, with its kernel (llama.py + llama.kina,
+                    gemma3.py + gemma3.kina), the blocks kernels share (blocks.kina), and the
+                    checkpoint keys families spell alike (gguf_keys.py, hf_keys.py)
     decoder.py      Decoder: any family's kernel, its parameters bound by name; prefill, step, generation
+    kernels.py      a family's kernel compiled: its functions' parameters by name, its builds
     cache.py        DecoderCache: a sequence's keys and values, every layer's
     weights.py      a decoder's weights checked once against its family's layout; seeded weights
     checkpoints/    readers: Hugging Face folders (hf.py), GGUF files (gguf.py), the fields of either

@@ -49,13 +49,12 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from .. import runtime
-from . import families, weights as weights_mod
+from . import families, kernels, weights as weights_mod
 from .cache import DecoderCache
 from .config import DecoderConfig
 from .generation import KINA_DTYPES, Generator, causal_mask, count, kina_dtype
@@ -66,10 +65,6 @@ DEFAULT_MAX_SEQ_LEN = 4096  # the rotary tables' length when max_seq_len is not 
 # moves enough to be worth splitting (the threads pass's min-bytes is 64 KiB per part), and the
 # entries would double its build time.
 THREADED_MIN_WEIGHT_BYTES = 128 << 10
-# Who watches kernel builds: None, or watch_build(kernel, options) -> a context manager that a
-# build runs in (its `options` specialised: dtypes and dims fixed). kina.apps sets it to say,
-# before a build that is not in the compile cache, what is compiled and where it is kept.
-watch_build = None
 
 
 def norm_dtype(dtype: str) -> str:
@@ -240,7 +235,7 @@ class Decoder(Generator):
         """The kernel's type parameters for `layer`'s weights and the head, from what is bound to
         them (see the module doc)."""
         values = {"T": KINA_DTYPES[self.dtype], "W": norm_dtype(KINA_DTYPES[self.dtype])}
-        declared = kernel_params(self.family.kernel)
+        declared = kernels.kernel_params(self.family.kernel)
         bound = {**self._layer_weights[layer], **self._model_weights}
         for fn, params in declared.items():
             for name, dtype in params.items():
@@ -251,7 +246,7 @@ class Decoder(Generator):
     def _compile(self, type_params: tuple):
         largest = max(a.nbytes for a in [*self._layer_weights[0].values(), self._head])
         dims = self.family.dims(self.config)
-        return _program(self.family.kernel, type_params, tuple(sorted(dims.items())),
+        return kernels.program(self.family.kernel, type_params, tuple(sorted(dims.items())),
                         self.fma, largest >= THREADED_MIN_WEIGHT_BYTES, self.pass_options)
 
     def _arguments(self, fn, inputs: dict, layer: int | None, env: dict[str, int]) -> list[np.ndarray]:
@@ -468,49 +463,3 @@ def _mask(n_past: int, n_new: int, dtype: np.dtype, window: int | None) -> np.nd
 def dtype_name(a) -> str:
     """The Kina dtype of a weight: a block format's name, or the float's (F32, F16, ...)."""
     return a.dtype if isinstance(a, QuantizedArray) else KINA_DTYPES[np.dtype(a.dtype)]
-
-
-@functools.lru_cache(maxsize=None)
-def kernel_params(path: Path) -> dict[str, dict[str, str]]:
-    """Each function of a kernel file: its parameters' declared dtypes (a dtype or a type parameter),
-    by name. Parsed once per file's bytes and compiler, then remembered in the compile cache, so
-    that a model whose builds are cached loads without the parser (lark)."""
-    import hashlib
-    from ..driver.cache import remembered
-    data = Path(path).read_bytes()
-
-    def parse() -> dict[str, dict[str, str]]:
-        from ..frontend import syntax
-        program = syntax.parse(data, str(path))
-        return {fn.name: {p.name: p.type.dtype for p in fn.params} for fn in program.functions}
-
-    return remembered("kernel-params", hashlib.sha256(data).hexdigest(), parse)
-
-
-@functools.lru_cache(maxsize=None)
-def _program(kernel: Path, dtypes: tuple, dims: tuple, fma: bool = False, threaded: bool = True,
-             pass_options: str = ""):
-    """`kernel` compiled for these type parameters and dims (B = 1; S and P stay symbolic); with
-    `fma`, its matmuls round each multiply-add once (matmul-loops{fma=true}) and its
-    block-quantized ones sum each group first (quantized-matmul-loops{fma=true block-sums=true});
-    `threaded`, a function with a threaded entry keeps no body of its own beside it
-    (threads{copy=false}: the plain call runs the entry on one thread): half the code to
-    compile, a cold build of SmolLM2-135M 35% shorter, for the same bits and, one thread or
-    two, the same decode and prefill speed (docs/log/2026-12-05-cold-build.md); without
-    `threaded`, no op of a symbolic size is split either (threads{symbolic=false}), so that,
-    every static one being small, no function gets a threaded entry; `pass_options`: more pass
-    options, on top of those (a pass named in both takes both)."""
-    import kina
-    from kina.driver.options import Options
-    options = Options()
-    fast = ["matmul-loops{fma=true}", "quantized-matmul-loops{fma=true block-sums=true}"]
-    given = [*(fast if fma else []), "threads{copy=false}" if threaded else "threads{symbolic=false}"]
-    if options.opt_level == 0:  # neither pass runs
-        given = []
-    if given or pass_options:
-        options = Options(pass_options=",".join([*given, *filter(None, [pass_options])]))
-    if watch_build is None:
-        return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
-    from kina.driver.api import specialized
-    with watch_build(kernel, specialized(options, dict(dtypes), dict(dims))):
-        return kina.compile_file(kernel, options, dims=dict(dims), dtypes=dict(dtypes))
