@@ -22,7 +22,7 @@ import contextlib
 import signal
 import sys
 
-from . import cli
+from . import flags
 from .decoding import PREFILL_CHUNK, ContextError, no_template
 from .session import ChatSession, SessionError
 from .template import TemplateError
@@ -40,11 +40,11 @@ STOPPED = {"length": "--max-new-tokens reached", "context": "the context is full
 
 def run(args, status) -> int:
     program = "kina chat"
-    sampler = cli.sampler(args, program)
-    model = cli.load(args, status, program, defer=True)
+    sampler = flags.sampler(args, program)
+    model = flags.load(args, status, program, defer=True)
     if model.template is None:
         raise TemplateError(no_template(model.path))
-    cli.load_model(model, status)
+    flags.load_model(model, status)
     session = ChatSession(model, args.system)
     out, err = sys.stdout, sys.stderr
     if sys.stdin.isatty():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import cli
+from . import flags
 from .decoding import PREFILL_CHUNK
 
 REASONS = {"eos": "the model ended its turn{token}", "length": "--max-new-tokens ({n}) reached",
@@ -27,13 +27,13 @@ REASONS = {"eos": "the model ended its turn{token}", "length": "--max-new-tokens
 
 def run(args, status) -> int:
     program = "kina generate"
-    sampler = cli.sampler(args, program)
+    sampler = flags.sampler(args, program)
     if args.system is not None and not args.chat:
-        raise cli.UsageError("--system: needs --chat")
-    model = cli.load(args, status, program, defer=True)
+        raise flags.UsageError("--system: needs --chat")
+    model = flags.load(args, status, program, defer=True)
     ids = prompt_ids(model, args)
     model.check_fits(ids)
-    cli.load_model(model, status)
+    flags.load_model(model, status)
     out, err = sys.stdout, sys.stderr
     reply = model.reply(ids, sampler, max_new_tokens=args.max_new_tokens, stop=args.stop)
     streamed = 0  # ids printed, for a model without a tokenizer
@@ -80,15 +80,15 @@ def prompt_ids(model, args) -> list[int]:
     """The prompt's ids: encoded text, the chat template's rendering of it, or the ids given (checked)."""
     if args.prompt is None:
         if args.chat:
-            raise cli.UsageError("--chat: needs --prompt (text), not --prompt-ids")
+            raise flags.UsageError("--chat: needs --prompt (text), not --prompt-ids")
         vocab = model.config.vocab_size
         for i, t in enumerate(args.prompt_ids):
             if not 0 <= t < vocab:
-                raise cli.UsageError(f"--prompt-ids: token id {t} is out of range: expected 0 <= id < "
+                raise flags.UsageError(f"--prompt-ids: token id {t} is out of range: expected 0 <= id < "
                                      f"vocab_size = {vocab}")
         return list(args.prompt_ids)
     if model.text is None:
-        raise cli.UsageError(f"--prompt: {model.path}: {model.no_text}; pass --prompt-ids instead")
+        raise flags.UsageError(f"--prompt: {model.path}: {model.no_text}; pass --prompt-ids instead")
     if args.chat:
         system = [{"role": "system", "content": args.system}] if args.system else []
         return model.chat_ids([*system, {"role": "user", "content": args.prompt}])

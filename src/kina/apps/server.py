@@ -27,7 +27,7 @@ import sys
 import time
 
 from ..models.sampling import Sampler
-from . import cli, protocol
+from . import flags, protocol
 from .decoding import ContextError, Pretrained, no_template
 from .protocol import ApiError
 from .scheduler import Busy, Job, Scheduler
@@ -170,18 +170,18 @@ def run(args, status) -> int:
     try:
         import uvicorn
     except ImportError:
-        raise cli.UsageError("kina serve needs starlette and uvicorn: pip install 'kina[serve]'") from None
+        raise flags.UsageError("kina serve needs starlette and uvicorn: pip install 'kina[serve]'") from None
     if args.queue < 0:
-        raise cli.UsageError(f"--queue: expected an int >= 0, got {args.queue}")
+        raise flags.UsageError(f"--queue: expected an int >= 0, got {args.queue}")
     if not 0 <= args.port < 65536:
-        raise cli.UsageError(f"--port: expected a port from 0 to 65535, got {args.port}")
-    model = cli.load(args, status, "kina serve")
+        raise flags.UsageError(f"--port: expected a port from 0 to 65535, got {args.port}")
+    model = flags.load(args, status, "kina serve")
     name = args.alias or model.name
     app = make_app(model, Scheduler(model, args.parallel, args.queue), name)
     try:
         sock = socket.create_server((args.host, args.port))
     except OSError as e:
-        raise cli.UsageError(f"--host {args.host} --port {args.port}: cannot listen there ({e.strerror or e})") \
+        raise flags.UsageError(f"--host {args.host} --port {args.port}: cannot listen there ({e.strerror or e})") \
             from None
     host, port = sock.getsockname()[:2]
     print(f"kina serve: {name} at http://{host}:{port}/v1 ({model.max_seq_len} tokens of context, "

@@ -6,7 +6,7 @@ Out: `Options`, checked when made; `target_cores`, the cores a build cuts its op
 
 Guarantees: `pass_options` is checked against the pass table (`kina.ir.passes.selected`, which
 imports MLIR) when it is made, a bad one a ValueError naming `pass_options`. A text the table
-took is remembered in the compile cache (`cache.remembered`, keyed by the compiler's code), so
+took is remembered in the compile cache (`facts.remembered`, keyed by the compiler's code), so
 that a process whose builds are all cache hits (a model loading its compiled layers) imports
 neither MLIR nor the front end: its options are checked by what an earlier process found.
 """
@@ -47,7 +47,7 @@ class Options:
 def check_pass_options(opt_level: int, text: str) -> None:
     """Raise ValueError("pass_options: ...") unless the passes that run at `opt_level` take
     `text` as options; a text found good is remembered (once per process, and in the cache)."""
-    from .cache import remembered
+    from .facts import remembered
 
     def check() -> bool:
         from ..ir.passes import PipelineError, selected

@@ -28,7 +28,7 @@ from mlir.dialects import arith, linalg, tensor, vector
 
 from .. import dtypes
 from ..frontend.types import TensorType
-from .irbuild import generic
+from .irbuild import generic, mixed, reassociation, tensor_type
 
 DEQUANTIZE = "kina.dequantize"  # a string attribute: the format a dequantization generic reads
 
@@ -235,11 +235,9 @@ def dequantize(low, q: ir.Value, t: TensorType) -> ir.Value:
     i8 = ir.IntegerType.get_signless(8)
     dyn = lambda v: ir.ShapedType.get_dynamic_size() if not isinstance(v, int) else v  # noqa: E731
     blocks_t = ir.RankedTensorType.get([*map(dyn, batch), dyn(n_size), kb_n, fmt.size], i8)
-    from .lower import _reassociation
-    from .irbuild import mixed
     groups = [[a] for a in range(nb)] + [[nb], [nb + 1, nb + 2]]
     d_sizes, s_sizes = mixed([*batch, n_size, kb_n, fmt.size])
-    blocks = tensor.ExpandShapeOp(blocks_t, q, _reassociation(groups), d_sizes, s_sizes).result
+    blocks = tensor.ExpandShapeOp(blocks_t, q, reassociation(groups), d_sizes, s_sizes).result
     n_dims = nb + 3  # (batch..., kb, e, n)
     kb, e, n = nb, nb + 1, nb + 2
     offsets, maps = byte_maps(fmt, n_dims, list(range(nb)), n, kb, e)
@@ -254,5 +252,4 @@ def dequantize(low, q: ir.Value, t: TensorType) -> ir.Value:
     values.owner.attributes[DEQUANTIZE] = ir.StringAttr.get(fmt.name)
     wide = TensorType("F32", t.dims, t.placement)
     groups = [[a] for a in range(nb)] + [[nb, nb + 1], [nb + 2]]
-    from .irbuild import tensor_type
-    return tensor.CollapseShapeOp(tensor_type(wide), values, _reassociation(groups)).result
+    return tensor.CollapseShapeOp(tensor_type(wide), values, reassociation(groups)).result

@@ -40,6 +40,12 @@ def index(value: int) -> ir.Value:
     return arith.ConstantOp(ir.IndexType.get(), value).result
 
 
+def reassociation(groups) -> ir.ArrayAttr:
+    """The reassociation attribute of tensor.collapse_shape / expand_shape: one list of dims per group."""
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, a) for a in g]) for g in groups])
+
+
 def affine_map(n: int, exprs) -> ir.AffineMap:
     """The affine map (d0, ..., d{n-1}) -> (exprs)."""
     return ir.AffineMap.get(n, 0, list(exprs))

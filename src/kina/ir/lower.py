@@ -52,7 +52,7 @@ from ..frontend import ast, ops
 from . import blocks
 from ..frontend.ops import WIDE
 from .irbuild import (DYN, affine_map, broadcast_matmul_maps, element_type, extend, generic, index, mac, mixed,
-                      slice_args, tensor_type)
+                      reassociation, slice_args, tensor_type)
 from ..frontend.types import Dim, TensorType, nearest
 
 
@@ -318,7 +318,7 @@ def _keep_rank(low: _FunctionLowering, v: ir.Value, t: TensorType, axis: int) ->
     if groups:  # (from rank 0 there are none)
         groups[max(axis - 1, 0)] = sorted(groups[max(axis - 1, 0)] + [axis])
     dyn, static = mixed([low.size(d) for d in t.dims])
-    return tensor.ExpandShapeOp(tensor_type(t), v, _reassociation(groups), dyn, static).result
+    return tensor.ExpandShapeOp(tensor_type(t), v, reassociation(groups), dyn, static).result
 
 
 @lowers("reduce")
@@ -400,11 +400,6 @@ def reshape_groups(src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> list[tuple[lis
     return runs
 
 
-def _reassociation(groups) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, a) for a in g]) for g in groups])
-
-
 @lowers("reshape")
 def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
     """`tensor.collapse_shape` of each run of `reshape_groups` to one dim, then
@@ -417,18 +412,18 @@ def _reshape(low: _FunctionLowering, e: ast.Reshape) -> ir.Value:
         return low.empty(dst)
     if src.rank == 0 or dst.rank == 0:  # one element: every other dim is 1
         if src.rank:
-            return tensor.CollapseShapeOp(tensor_type(dst), x, _reassociation([])).result
+            return tensor.CollapseShapeOp(tensor_type(dst), x, reassociation([])).result
         dyn, static = mixed([low.size(d) for d in dst.dims])
-        return tensor.ExpandShapeOp(tensor_type(dst), x, _reassociation([]), dyn, static).result
+        return tensor.ExpandShapeOp(tensor_type(dst), x, reassociation([]), dyn, static).result
     runs = reshape_groups(src.dims, dst.dims)
     value = x
     if any(len(s) > 1 for s, _ in runs):
         mid = [DYN if any(not src.dims[a].is_static for a in s) else prod(src.dims[a].const for a in s)
                for s, _ in runs]
-        value = tensor.CollapseShapeOp(ir.RankedTensorType.get(mid, elt), value, _reassociation([s for s, _ in runs])).result
+        value = tensor.CollapseShapeOp(ir.RankedTensorType.get(mid, elt), value, reassociation([s for s, _ in runs])).result
     if any(len(d) > 1 for _, d in runs):
         dyn, static = mixed([low.size(d) for d in dst.dims])
-        value = tensor.ExpandShapeOp(tensor_type(dst), value, _reassociation([d for _, d in runs]), dyn, static).result
+        value = tensor.ExpandShapeOp(tensor_type(dst), value, reassociation([d for _, d in runs]), dyn, static).result
     if value == x:  # the same shape: still an op of its own, so that a let can name it
         value = tensor.CastOp(tensor_type(dst), x).result
     return value

@@ -27,7 +27,7 @@ def kernel_params(path: Path) -> dict[str, dict[str, str]]:
     by name. Parsed once per file's bytes and compiler, then remembered in the compile cache, so
     that a model whose builds are cached loads without the parser (lark)."""
     import hashlib
-    from ..driver.cache import remembered
+    from ..driver.facts import remembered
     data = Path(path).read_bytes()
 
     def parse() -> dict[str, dict[str, str]]:

@@ -1,7 +1,8 @@
 """The runtime: load a kinac-built .so through its sidecar and call it with arrays.
 
     module.py    load, Module, LoadError: a .so and its sidecar
-    calls.py     Function: a call's descriptors, its threads and workspace
+    calls.py     Function: a compiled function called with arrays, on one thread or its team
+    descriptors.py  what a call hands the C side: memref descriptors, the thread count, the workspace
     binding.py   bind: arguments checked against the signature
     arrays.py    dtypes, arrays from NumPy, DLPack, lists; aligned results
     prepared.py  PreparedCall, patched and called again; CallSequence, runs of them from C
@@ -28,7 +29,8 @@ imports it): a .so with its sidecar needs only NumPy, ml_dtypes and ctypes.
 from .arrays import ALIGN, RESULTS, as_ndarray, as_passable, empty, numpy_dtype, passable, release_memory, \
     set_memory_limit, zeros
 from .binding import MEMORY_BYTES, CheckPlan, bind, result_shapes
-from .calls import THREADED_MIN_BYTES, Function, default_threads
+from .calls import THREADED_MIN_BYTES, Function
+from .descriptors import default_threads
 from .module import LoadError, Module, load
 from .prepared import CallSequence, PreparedCall
 from .quant import QuantizedArray

@@ -4,7 +4,8 @@ In:  a loaded .so's C interface for one Kina function (and its threaded entry, i
      threads pass gave it one), and arrays.
 Out: `Function`: called with arrays it returns a tuple of new NumPy arrays (`call_into`
      writes given ones; `call_unchecked` skips the checks; `prepare` makes a
-     `kina.runtime.prepared.PreparedCall`).
+     `kina.runtime.prepared.PreparedCall`). Its descriptors, thread count and workspace are
+     `kina.runtime.descriptors`'.
 
 Calling convention (what `kinac` emits, `kina.abi`): `_mlir_ciface_kina_<fn>(in_0*, ...,
 out_0*, ...)` where each pointer is a memref descriptor {allocated, aligned, offset,
@@ -25,50 +26,17 @@ from __future__ import annotations
 import array
 import ctypes
 import itertools
-import os
 import threading
 
 import numpy as np
 
-from .. import knobs
 from ..frontend.types import Signature
 from . import workers
-from .arrays import RESULTS, numpy_dtype, passable, zeros
+from .arrays import RESULTS, numpy_dtype, passable
 from .binding import CheckPlan, bind
-from .pool import data_pointer
+from .descriptors import Workspace, check_threads, descriptor_words
+from .prepared import PreparedCall
 from .quant import QuantizedArray, storage
-
-
-def descriptor_words(arrays) -> array.array:
-    """The memref descriptors of `arrays` (passable: unit innermost stride), back to back
-    as int64 words: per array {allocated, aligned, offset, sizes[r], strides[r]}, strides
-    in elements."""
-    words = []
-    add = words.extend
-    for a in arrays:
-        p, it = data_pointer(a), a.itemsize
-        add((p, p, 0, *a.shape))
-        if a.ndim:  # the innermost stride is 1 in every Kina memref type (passable: 1, or a length <= 1)
-            add([s // it for s in a.strides[:-1]])
-            words.append(1)
-    return array.array("q", words)
-
-
-def default_threads() -> int:
-    """KINA_NUM_THREADS if set, else the cores this process may run on."""
-    threads = knobs.get("KINA_NUM_THREADS")
-    if threads is not None:
-        return threads
-    cpus = workers.cpus()
-    return len(cpus) if cpus else os.cpu_count() or 1
-
-
-def check_threads(name: str, threads) -> int:
-    if threads is None:
-        return default_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"{name}(): threads must be a positive integer, got {threads!r}")
-    return threads
 
 
 class Function:
@@ -184,13 +152,12 @@ class Function:
             return self._run_threaded(self._pointers(words), threads, workspace)
         self._cfunc(*self._pointers(words))
 
-    def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray], dims=(), threads: int = 1) -> "PreparedCall":
+    def prepare(self, arrays: list[np.ndarray], outs: list[np.ndarray], dims=(), threads: int = 1) -> PreparedCall:
         """A call on fixed buffers whose descriptors are built once, whose `dims` (names
         of the signature's dims) `set_dims` may change (see PreparedCall). Unlike
         `call_unchecked`, the buffers are checked, once, here, and bound every patch.
         With `threads` > 1 and a threaded entry, every call runs on that many threads
         (whatever its size)."""
-        from .prepared import PreparedCall
         return PreparedCall(self, arrays, outs, dims, check_threads(self.__name__, threads))
 
     def _run_threaded(self, pointers: list[int], threads: int, workspace: "Workspace", args=None,
@@ -227,34 +194,3 @@ class Function:
 # the threaded entry ran those calls as fast, and smaller ones 1.2-5x faster;
 # scripts/ab_host_split.py at commit 4a41a8b.)
 THREADED_MIN_BYTES = 384 << 10
-
-
-class Workspace:
-    """The memory the threads of one threaded call share: the counters of its tasks, then
-    its temporaries; the counters are zeroed before each call (they must start at 0). It grows,
-    never shrinks; calls that may run at once need workspaces of their own."""
-
-    def __init__(self):
-        self._buffer, self._words, self.capacity = None, array.array("q", [0] * 5), 0
-
-    @property
-    def descriptor(self) -> int:
-        """A pointer to its memref<?xi8> descriptor (the same one for its life: growing rewrites it)."""
-        return self._words.buffer_info()[0]
-
-    def reserve(self, nbytes: int) -> bool:
-        """At least `nbytes` bytes, zeroed if new; True if it grew."""
-        if nbytes <= self.capacity:
-            return False
-        self.capacity = max(int(nbytes), 2 * self.capacity)
-        self._buffer = zeros(self.capacity, np.uint8)
-        p = data_pointer(self._buffer)
-        self._words[:] = array.array("q", [p, p, 0, self.capacity, 1])
-        return True
-
-    def fit(self, nbytes: int, zeroed: int | None = None) -> int:
-        """A pointer to the memref<?xi8> descriptor of at least `nbytes` bytes, whose first
-        `zeroed` (the task counters; None: all `nbytes`) are zero."""
-        if not self.reserve(nbytes):
-            ctypes.memset(self._words[1], 0, nbytes if zeroed is None else min(zeroed, nbytes))
-        return self.descriptor

@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from .binding import MEMORY_BYTES
-from .calls import Function, Workspace, check_threads, descriptor_words
+from .descriptors import Workspace, check_threads, descriptor_words
 from .arrays import numpy_dtype, passable
 from .pool import data_pointer
 
