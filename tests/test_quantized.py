@@ -23,12 +23,18 @@ FORMATS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K"]
 NARROW = {"Q4_1": ("F16",), "Q6_K": ("BF16",)}  # narrow activations against two formats
 SUMS = ["Q4_1", "Q4_K", "Q6_K"]  # block-sums: a format with an offset, and the two K formats
 K, N = 256, 80  # K a multiple of every block, N five tiles of 16
-# one function per (activation dtype, format), so that a level is one build for all of them
-MATMULS = "".join(f"""
+
+
+def matmuls(pairs) -> str:
+    """One function f_T_FMT per (activation dtype, format), so that a level is one build for all."""
+    return "".join(f"""
 let f_{T}_{fmt} = fn(x: tensor<{T}, [B, P, K], @host>, w: tensor<{fmt}, [K, N], @host>) -> (tensor<{T}, [B, P, N], @host>) {{
   (x @ w)
 }}
-""" for fmt in FORMATS for T in ("F32", *NARROW.get(fmt, ())))
+""" for T, fmt in pairs)
+
+
+MATMULS = matmuls((T, fmt) for fmt in FORMATS for T in ("F32", *NARROW.get(fmt, ())))
 MATMUL = """
 let f = fn[T, U](x: tensor<T, [B, P, K], @host>, w: tensor<U, [K, N], @host>) -> (tensor<T, [B, P, N], @host>) {
   (x @ w)
@@ -108,8 +114,7 @@ def test_a_converted_weight_is_ggufs_dequantization_and_the_matmul_reads_the_sam
 
 @pytest.fixture(scope="module")
 def sums():
-    src = "".join(MATMULS[MATMULS.index(f"let f_F32_{fmt} "):].split("}\n", 1)[0] + "}\n" for fmt in SUMS)
-    return build(src, 3, "quantized-matmul-loops{block-sums=true}")
+    return build(matmuls(("F32", fmt) for fmt in SUMS), 3, "quantized-matmul-loops{block-sums=true}")
 
 
 @pytest.mark.parametrize("fmt", SUMS)

@@ -72,6 +72,48 @@ class Tensor:
         return None if self.gguf is None else self.gguf.format(i=i)
 
 
+# the names transformers and llama.cpp give the weights most families share
+_L, _B = "model.layers.{i}.", "blk.{i}."
+
+
+def attention_projections(config) -> list[Tensor]:
+    """wq, wk, wv, wo and their biases (optional unless `config.qkv_bias`, `o_bias`), as
+    transformers' `self_attn.*_proj` and llama.cpp's `attn_q`, ...: Llama's attention, which
+    Gemma 3's shares."""
+    L, B, qkv, o = _L, _B, not config.qkv_bias, not config.o_bias
+    return [
+        Tensor("wq", ("d_model", "q_dim"), L + "self_attn.q_proj.weight", B + "attn_q.weight", transposed=True),
+        Tensor("wk", ("d_model", "kv_dim"), L + "self_attn.k_proj.weight", B + "attn_k.weight", transposed=True),
+        Tensor("wv", ("d_model", "kv_dim"), L + "self_attn.v_proj.weight", B + "attn_v.weight", transposed=True),
+        Tensor("wo", ("q_dim", "d_model"), L + "self_attn.o_proj.weight", B + "attn_output.weight", transposed=True),
+        Tensor("bq", ("q_dim",), L + "self_attn.q_proj.bias", B + "attn_q.bias", optional=qkv),
+        Tensor("bk", ("kv_dim",), L + "self_attn.k_proj.bias", B + "attn_k.bias", optional=qkv),
+        Tensor("bv", ("kv_dim",), L + "self_attn.v_proj.bias", B + "attn_v.bias", optional=qkv),
+        Tensor("bo", ("d_model",), L + "self_attn.o_proj.bias", B + "attn_output.bias", optional=o),
+    ]
+
+
+def gated_mlp() -> list[Tensor]:
+    """w_gate, w_up, w_down: a gated MLP's matrices (`mlp.*_proj`, `ffn_*`)."""
+    L, B = _L, _B
+    return [
+        Tensor("w_gate", ("d_model", "ffn_dim"), L + "mlp.gate_proj.weight", B + "ffn_gate.weight", transposed=True),
+        Tensor("w_up", ("d_model", "ffn_dim"), L + "mlp.up_proj.weight", B + "ffn_up.weight", transposed=True),
+        Tensor("w_down", ("ffn_dim", "d_model"), L + "mlp.down_proj.weight", B + "ffn_down.weight", transposed=True),
+    ]
+
+
+def embedding_and_head(config) -> list[Tensor]:
+    """The model-level weights: the embedding table, the final norm, and the head unless it is
+    tied to the embedding (`config.tie_embeddings`)."""
+    out = [Tensor("embed", ("vocab_size", "d_model"), "model.embed_tokens.weight", "token_embd.weight", layer=False),
+           Tensor("norm", ("d_model",), "model.norm.weight", "output_norm.weight", layer=False)]
+    if not config.tie_embeddings:
+        out.append(Tensor("head", ("d_model", "vocab_size"), "lm_head.weight", "output.weight", layer=False,
+                          transposed=True))
+    return out
+
+
 def _no_transform(name, array, source, config):
     return array
 

@@ -28,6 +28,7 @@ def rope(f, where: str, params: dict) -> Rope:
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
         f.refuse(where, f"rope_theta must be a number > 0, got {theta!r}")
     try:
-        return Rope.of(float(theta), {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")})
+        return Rope.of(float(theta), {k: v for k, v in params.items()
+                                      if k not in ("rope_theta", "partial_rotary_factor")})
     except (TypeError, ValueError) as e:
         f.refuse(where, str(e))

@@ -19,34 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from ..config import DecoderConfig, Rope
-from . import Family, Tensor, gguf_keys, hf_keys
+from . import Family, Tensor, attention_projections, embedding_and_head, gated_mlp, gguf_keys, hf_keys
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 
 
 def tensors(config: DecoderConfig) -> list[Tensor]:
-    L = "model.layers.{i}."
-    B = "blk.{i}."
-    out = [
-        Tensor("attn_norm", ("d_model",), L + "input_layernorm.weight", B + "attn_norm.weight"),
-        Tensor("wq", ("d_model", "q_dim"), L + "self_attn.q_proj.weight", B + "attn_q.weight", transposed=True),
-        Tensor("wk", ("d_model", "kv_dim"), L + "self_attn.k_proj.weight", B + "attn_k.weight", transposed=True),
-        Tensor("wv", ("d_model", "kv_dim"), L + "self_attn.v_proj.weight", B + "attn_v.weight", transposed=True),
-        Tensor("wo", ("q_dim", "d_model"), L + "self_attn.o_proj.weight", B + "attn_output.weight", transposed=True),
-        Tensor("bq", ("q_dim",), L + "self_attn.q_proj.bias", B + "attn_q.bias", optional=not config.qkv_bias),
-        Tensor("bk", ("kv_dim",), L + "self_attn.k_proj.bias", B + "attn_k.bias", optional=not config.qkv_bias),
-        Tensor("bv", ("kv_dim",), L + "self_attn.v_proj.bias", B + "attn_v.bias", optional=not config.qkv_bias),
-        Tensor("bo", ("d_model",), L + "self_attn.o_proj.bias", B + "attn_output.bias", optional=not config.o_bias),
-        Tensor("mlp_norm", ("d_model",), L + "post_attention_layernorm.weight", B + "ffn_norm.weight"),
-        Tensor("w_gate", ("d_model", "ffn_dim"), L + "mlp.gate_proj.weight", B + "ffn_gate.weight", transposed=True),
-        Tensor("w_up", ("d_model", "ffn_dim"), L + "mlp.up_proj.weight", B + "ffn_up.weight", transposed=True),
-        Tensor("w_down", ("ffn_dim", "d_model"), L + "mlp.down_proj.weight", B + "ffn_down.weight", transposed=True),
-        Tensor("embed", ("vocab_size", "d_model"), "model.embed_tokens.weight", "token_embd.weight", layer=False),
-        Tensor("norm", ("d_model",), "model.norm.weight", "output_norm.weight", layer=False),
-    ]
-    if not config.tie_embeddings:
-        out.append(Tensor("head", ("d_model", "vocab_size"), "lm_head.weight", "output.weight", layer=False, transposed=True))
-    return out
+    L, B = "model.layers.{i}.", "blk.{i}."
+    return [Tensor("attn_norm", ("d_model",), L + "input_layernorm.weight", B + "attn_norm.weight"),
+            *attention_projections(config),
+            Tensor("mlp_norm", ("d_model",), L + "post_attention_layernorm.weight", B + "ffn_norm.weight"),
+            *gated_mlp(), *embedding_and_head(config)]
 
 
 def config_from_hf(f, arch: str) -> DecoderConfig:
